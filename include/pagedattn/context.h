@@ -1,0 +1,28 @@
+// pagedattn — where and how an op runs.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "pagedattn/tensor.h"
+
+namespace pagedattn {
+
+enum class Implementation : unsigned char {
+  kFast,       // the backend's optimised kernels
+  kReference,  // the scalar, double-accumulating reference (CPU only): slow, exact, the oracle
+};
+
+struct Context {
+  Device device = Device::cpu();
+  void* stream = nullptr;     // cudaStream_t for CUDA; ignored on the CPU
+  int num_threads = 0;        // CPU worker threads; 0 = all hardware threads
+  Implementation implementation = Implementation::kFast;
+  // Optional scratch memory on `device` for ops that need it (split-K partial states).
+  // When empty, the CPU backend allocates its own; see the op's *_workspace_size().
+  std::span<std::byte> workspace{};
+
+  static Context cpu(int num_threads = 0) { return Context{Device::cpu(), nullptr, num_threads}; }
+};
+
+}  // namespace pagedattn

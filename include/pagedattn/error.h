@@ -1,0 +1,45 @@
+// pagedattn — the library's one exception type and its argument checks.
+#pragma once
+
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace pagedattn {
+
+enum class ErrorCode {
+  kInvalidArgument,  // the caller passed something that breaks the op's contract
+  kUnsupported,      // valid in principle, but not built or not implemented for this case
+  kOutOfBlocks,      // the KV cache manager has no free page left
+  kCuda,             // the CUDA runtime reported an error
+  kInternal,         // a broken invariant inside the library
+};
+
+std::string_view to_string(ErrorCode code);
+
+// Every error the library raises is an Error; what() names the argument, what was
+// expected and what was received, and the source location that raised it.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message,
+        std::source_location where = std::source_location::current());
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+// Throws Error(kInvalidArgument, message) unless `condition` holds.
+inline void check_arg(bool condition, const std::string& message,
+                      std::source_location where = std::source_location::current()) {
+  if (!condition) throw Error(ErrorCode::kInvalidArgument, message, where);
+}
+
+// Throws Error(kUnsupported, message) unless `condition` holds.
+inline void check_supported(bool condition, const std::string& message,
+                            std::source_location where = std::source_location::current()) {
+  if (!condition) throw Error(ErrorCode::kUnsupported, message, where);
+}
+
+}  // namespace pagedattn

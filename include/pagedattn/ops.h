@@ -1,0 +1,89 @@
+// pagedattn — the operations over a paged KV cache.
+//
+// Shapes use one vocabulary: num_seqs, num_q_heads, num_kv_heads (dividing num_q_heads; the
+// group size is their ratio), head_dim (a multiple of 8, at most 256), page_size (>= 1).
+// Queries are f32/f16/bf16; the cache is f32/f16/bf16/fp8; outputs f32/f16/bf16; LSE f32.
+// Query/output views may have any token and head strides, but head_dim must be contiguous.
+//
+// Every op validates all of its arguments before touching memory: a rejected call throws
+// pagedattn::Error naming the argument and leaves every output and cache buffer unchanged.
+// LSE is the natural-log log-sum-exp of the (masked, scaled) logits; an empty sequence gives
+// output 0 and LSE -inf.
+#pragma once
+
+#include <span>
+
+#include "pagedattn/attention_params.h"
+#include "pagedattn/context.h"
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/page_table.h"
+#include "pagedattn/tensor.h"
+
+namespace pagedattn {
+
+// ---- cache writes --------------------------------------------------------------------------
+
+// Writes token i's k[i] / v[i] ([num_tokens, num_kv_heads, head_dim]) into cache slot
+// slot_mapping[i] (i32 or i64 [num_tokens]; slot = page * page_size + offset; -1 = skip).
+// fp8 caches quantise on write with the cache's scales.
+void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, const TensorView& v,
+               const TensorView& slot_mapping);
+
+// Copies whole pages within the cache: block_mapping is i32/i64 [n, 2] of (src, dst) page ids.
+// Used for copy-on-write; a page may not be both a source and a destination.
+void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& block_mapping);
+
+// ---- attention -----------------------------------------------------------------------------
+
+enum class DecodeVariant : unsigned char {
+  kAuto,     // the backend picks from the lengths and the machine
+  kOnePass,  // one pass over each sequence's KV (vLLM V1)
+  kSplitK,   // KV split into partitions whose partial states are merged (vLLM V2, flash-decoding)
+};
+
+struct DecodeOptions {
+  DecodeVariant variant = DecodeVariant::kAuto;
+  int partition_size = 0;  // split-K tokens per partition (a multiple of page_size); 0 = planner
+};
+
+// One query per sequence, at its last position. q, out: [num_seqs, num_q_heads, head_dim];
+// lse (optional): f32 [num_seqs, num_q_heads].
+void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
+            const AttentionParams& params, const TensorView& out, const TensorView& lse = {},
+            const DecodeOptions& options = {});
+
+// Ragged queries: sequence s owns queries [qo_indptr[s], qo_indptr[s+1]) (qo_indptr i32
+// [num_seqs + 1]), which are the last positions of its KV (the KV already holds them). Covers
+// full prefill, chunked prefill and multi-token append. q, out: [total_q, num_q_heads, head_dim];
+// lse (optional): f32 [total_q, num_q_heads].
+void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
+             const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+             const TensorView& out, const TensorView& lse = {});
+
+// Cascade decode: each sequence's KV is the concatenation, level by level, of one row of each
+// level's page table. seq_to_row: i32 [num_seqs] naming the row of `table` this sequence uses
+// (-1: none at this level); absent means row s for sequence s. Rows shared by many sequences
+// (a common prefix) are read once for the whole group. A sequence's query sits at the last
+// position of its concatenated KV.
+struct CascadeLevel {
+  PageTable table;
+  TensorView seq_to_row;
+};
+void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                    std::span<const CascadeLevel> levels, const AttentionParams& params,
+                    const TensorView& out, const TensorView& lse = {});
+
+// ---- attention states ----------------------------------------------------------------------
+
+// (v_a, lse_a) (+) (v_b, lse_b): v [n, num_heads, head_dim], lse f32 [n, num_heads].
+// lse_out is optional. out may alias v_a or v_b.
+void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& lse_a,
+                 const TensorView& v_b, const TensorView& lse_b, const TensorView& v_out,
+                 const TensorView& lse_out = {});
+
+// Merges num_states states per row: v [n, num_states, num_heads, head_dim],
+// lse f32 [n, num_states, num_heads] -> v_out [n, num_heads, head_dim], lse_out [n, num_heads].
+void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse,
+                  const TensorView& v_out, const TensorView& lse_out = {});
+
+}  // namespace pagedattn

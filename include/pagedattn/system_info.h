@@ -1,0 +1,29 @@
+// pagedattn — what this build and this machine offer (the CLI's `info`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagedattn {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  int num_sms = 0;
+  std::int64_t memory_bytes = 0;
+};
+
+// GPUs the CUDA runtime sees; empty when CUDA is not built or no driver/GPU is present.
+std::vector<GpuInfo> cuda_devices();
+// Why cuda_devices() is empty, or "" when it is not.
+std::string cuda_unavailable_reason();
+
+// The SIMD target the CPU backend's runtime dispatch chose (e.g. "AVX3_DL"), and every
+// target compiled in.
+std::string cpu_simd_target();
+std::vector<std::string> cpu_compiled_simd_targets();
+int cpu_hardware_threads();
+
+}  // namespace pagedattn

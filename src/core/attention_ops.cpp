@@ -1,0 +1,81 @@
+// decode and prefill: validate, resolve into an AttentionProblem, dispatch.
+#include <string>
+
+#include "core/backend_select.h"
+#include "core/validate.h"
+#include "cpu/cpu_backend.h"
+#include "pagedattn/error.h"
+#include "pagedattn/ops.h"
+
+namespace pagedattn {
+
+namespace {
+detail::AttentionProblem resolve_common(const Context& ctx, const TensorView& q,
+                                        const PagedKV& cache, const PageTable& table,
+                                        const AttentionParams& params, const TensorView& out,
+                                        const TensorView& lse, std::int64_t num_tokens) {
+  detail::AttentionProblem p;
+  p.kv = detail::resolve_cache(ctx, cache);
+  check_arg(q.rank() == 3, "q has rank " + std::to_string(q.rank()) +
+                               ", expected 3 [tokens, num_q_heads, head_dim]");
+  p.num_q_heads = q.size(1);
+  p.num_kv_heads = p.kv.num_kv_heads;
+  p.head_dim = p.kv.head_dim;
+  detail::check_heads(p.num_q_heads, p.num_kv_heads, "q");
+  p.qo = detail::resolve_qo(ctx, q, out, lse, num_tokens, p.num_q_heads, p.head_dim);
+  p.variant = detail::resolve_variant(ctx, params, p.num_q_heads, p.head_dim);
+  p.table = detail::resolve_table(ctx, table, p.kv);
+  return p;
+}
+}  // namespace
+
+void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
+            const AttentionParams& params, const TensorView& out, const TensorView& lse,
+            const DecodeOptions& options) {
+  detail::require_backend(ctx, "decode");
+  check_arg(q.rank() >= 1, "q has rank 0, expected 3 [num_seqs, num_q_heads, head_dim]");
+  detail::AttentionProblem p = resolve_common(ctx, q, cache, table, params, out, lse, q.size(0));
+  p.num_seqs = p.table.num_rows;
+  check_arg(q.size(0) == p.num_seqs, "q has " + std::to_string(q.size(0)) +
+                                         " sequences but the page table has " +
+                                         std::to_string(p.num_seqs));
+  p.variant.causal = false;  // the single query is the last position: nothing lies after it
+  check_arg(options.partition_size >= 0 && options.partition_size % p.kv.page_size == 0,
+            "options.partition_size " + std::to_string(options.partition_size) +
+                " must be 0 (planner) or a positive multiple of page_size " +
+                std::to_string(p.kv.page_size));
+  if (ctx.implementation == Implementation::kReference) return cpu::reference_attention(p);
+  cpu::decode(p, options, ctx.num_threads);
+}
+
+void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
+             const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+             const TensorView& out, const TensorView& lse) {
+  detail::require_backend(ctx, "prefill");
+  check_arg(q.rank() >= 1, "q has rank 0, expected 3 [total_q, num_q_heads, head_dim]");
+  detail::AttentionProblem p = resolve_common(ctx, q, cache, table, params, out, lse, q.size(0));
+  p.num_seqs = p.table.num_rows;
+  // qo_indptr is read on the host; on the CPU it is the op's own device.
+  detail::check_tensor(Context::cpu(), qo_indptr, "qo_indptr", {DType::kI32}, 1);
+  detail::check_dim(qo_indptr, "qo_indptr", 0, p.num_seqs + 1, "num_seqs + 1");
+  check_arg(qo_indptr.is_contiguous(), "qo_indptr must be contiguous");
+  const auto* indptr = qo_indptr.data_as<const std::int32_t>();
+  check_arg(indptr[0] == 0, "qo_indptr[0] is " + std::to_string(indptr[0]) + ", expected 0");
+  for (std::int64_t s = 0; s < p.num_seqs; ++s) {
+    const std::int64_t n_q = indptr[s + 1] - indptr[s];
+    check_arg(n_q >= 0, "qo_indptr is decreasing at " + std::to_string(s + 1));
+    const std::int64_t kv_len = p.table.row(s).kv_len;
+    check_arg(n_q <= kv_len, "sequence " + std::to_string(s) + " has " + std::to_string(n_q) +
+                                 " queries but only " + std::to_string(kv_len) +
+                                 " tokens of KV (queries must already be in the cache)");
+  }
+  check_arg(indptr[p.num_seqs] == q.size(0), "qo_indptr[num_seqs] is " +
+                                                 std::to_string(indptr[p.num_seqs]) +
+                                                 " but q has " + std::to_string(q.size(0)) +
+                                                 " tokens");
+  p.qo_indptr = indptr;
+  if (ctx.implementation == Implementation::kReference) return cpu::reference_attention(p);
+  cpu::prefill(p, ctx.num_threads);
+}
+
+}  // namespace pagedattn

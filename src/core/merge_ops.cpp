@@ -1,0 +1,71 @@
+// merge_state and merge_states: validate, then dispatch.
+#include <string>
+#include <vector>
+
+#include "core/backend_select.h"
+#include "core/validate.h"
+#include "cpu/merge_states.h"
+#include "pagedattn/error.h"
+#include "pagedattn/ops.h"
+
+namespace pagedattn {
+
+namespace {
+const std::initializer_list<DType> kStateTypes = {DType::kF32, DType::kF16, DType::kBF16};
+
+// v [n, heads, dim] contiguous along dim; lse f32 [n, heads] (optional when !lse_required).
+cpu::StateView check_state(const Context& ctx, const TensorView& v, const TensorView& lse,
+                           const std::string& v_name, const std::string& lse_name,
+                           std::int64_t n, std::int64_t heads, std::int64_t dim, bool lse_required) {
+  detail::check_tensor(ctx, v, v_name, kStateTypes, 3);
+  detail::check_dim(v, v_name, 0, n, "rows");
+  detail::check_dim(v, v_name, 1, heads, "num_heads");
+  detail::check_dim(v, v_name, 2, dim, "head_dim");
+  check_arg(v.stride(2) == 1, v_name + " must be contiguous along head_dim");
+  cpu::StateView s{static_cast<std::byte*>(v.data()), v.dtype(), v.stride(0), v.stride(1)};
+  if (lse_required || lse.defined()) {
+    detail::check_tensor(ctx, lse, lse_name, {DType::kF32}, 2);
+    detail::check_dim(lse, lse_name, 0, n, "rows");
+    detail::check_dim(lse, lse_name, 1, heads, "num_heads");
+    s.lse = lse.data_as<float>();
+    s.lse_row_stride = lse.stride(0);
+    s.lse_head_stride = lse.stride(1);
+  }
+  return s;
+}
+}  // namespace
+
+void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& lse_a,
+                 const TensorView& v_b, const TensorView& lse_b, const TensorView& v_out,
+                 const TensorView& lse_out) {
+  detail::require_backend(ctx, "merge_state");
+  detail::check_tensor(ctx, v_a, "v_a", kStateTypes, 3);
+  const std::int64_t n = v_a.size(0), heads = v_a.size(1), dim = v_a.size(2);
+  const cpu::StateView states[2] = {
+      check_state(ctx, v_a, lse_a, "v_a", "lse_a", n, heads, dim, true),
+      check_state(ctx, v_b, lse_b, "v_b", "lse_b", n, heads, dim, true)};
+  const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
+  cpu::merge_states(states, out, nullptr, n, heads, dim, ctx.num_threads);
+}
+
+void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse,
+                  const TensorView& v_out, const TensorView& lse_out) {
+  detail::require_backend(ctx, "merge_states");
+  detail::check_tensor(ctx, v, "v", kStateTypes, 4);
+  detail::check_tensor(ctx, lse, "lse", {DType::kF32}, 3);
+  const std::int64_t n = v.size(0), num_states = v.size(1), heads = v.size(2), dim = v.size(3);
+  detail::check_dim(lse, "lse", 0, n, "rows");
+  detail::check_dim(lse, "lse", 1, num_states, "num_states");
+  detail::check_dim(lse, "lse", 2, heads, "num_heads");
+  check_arg(v.stride(3) == 1, "v must be contiguous along head_dim");
+  std::vector<cpu::StateView> states;
+  for (std::int64_t i = 0; i < num_states; ++i) {
+    states.push_back({static_cast<std::byte*>(v.element_ptr({0, i, 0, 0})), v.dtype(), v.stride(0),
+                      v.stride(2), static_cast<float*>(lse.element_ptr({0, i, 0})), lse.stride(0),
+                      lse.stride(2)});
+  }
+  const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
+  cpu::merge_states(states, out, nullptr, n, heads, dim, ctx.num_threads);
+}
+
+}  // namespace pagedattn

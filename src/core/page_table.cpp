@@ -1,0 +1,111 @@
+#include "pagedattn/page_table.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "pagedattn/error.h"
+
+namespace pagedattn {
+
+namespace {
+void check_host_i32(const TensorView& t, const char* name, int rank) {
+  check_arg(t.defined() && t.device() == Device::cpu() && t.dtype() == DType::kI32 &&
+                t.rank() == rank && (t.numel() == 0 || t.data() != nullptr),
+            std::string(name) + " must be a host i32 tensor of rank " + std::to_string(rank) +
+                (t.defined() ? ", got " + t.describe() : ", got none"));
+}
+}  // namespace
+
+BlockTable BlockTableData::view() {
+  return {TensorView(block_table.data(), DType::kI32, {num_seqs, max_pages}),
+          TensorView(seq_lens.data(), DType::kI32, {num_seqs})};
+}
+
+CsrPageTable CsrPageTableData::view() {
+  return {TensorView(indptr.data(), DType::kI32, {static_cast<std::int64_t>(indptr.size())}),
+          TensorView(indices.data(), DType::kI32, {static_cast<std::int64_t>(indices.size())}),
+          TensorView(last_page_len.data(), DType::kI32,
+                     {static_cast<std::int64_t>(last_page_len.size())})};
+}
+
+std::int64_t num_seqs(const PageTable& table) {
+  if (const auto* bt = std::get_if<BlockTable>(&table)) {
+    return bt->block_table.rank() == 2 ? bt->block_table.size(0) : 0;
+  }
+  const auto& csr = std::get<CsrPageTable>(table);
+  return csr.indptr.rank() == 1 ? std::max<std::int64_t>(csr.indptr.size(0) - 1, 0) : 0;
+}
+
+CsrPageTableData to_csr(const BlockTable& table, std::int64_t page_size) {
+  check_arg(page_size >= 1, "page_size must be >= 1, got " + std::to_string(page_size));
+  check_host_i32(table.block_table, "block_table", 2);
+  check_host_i32(table.seq_lens, "seq_lens", 1);
+  const std::int64_t n = table.block_table.size(0), max_pages = table.block_table.size(1);
+  check_arg(table.seq_lens.size(0) == n, "seq_lens has " + std::to_string(table.seq_lens.size(0)) +
+                                             " entries, expected num_seqs = " + std::to_string(n));
+  CsrPageTableData out;
+  out.indptr.push_back(0);
+  for (std::int64_t s = 0; s < n; ++s) {
+    const std::int64_t len = *static_cast<const std::int32_t*>(table.seq_lens.element_ptr({s}));
+    const std::int64_t pages = (len + page_size - 1) / page_size;
+    check_arg(len >= 0 && pages <= max_pages,
+              "seq_lens[" + std::to_string(s) + "] = " + std::to_string(len) +
+                  " does not fit in " + std::to_string(max_pages) + " pages of " +
+                  std::to_string(page_size));
+    for (std::int64_t j = 0; j < pages; ++j) {
+      const std::int32_t id = *static_cast<const std::int32_t*>(table.block_table.element_ptr({s, j}));
+      check_arg(id >= 0, "block_table[" + std::to_string(s) + ", " + std::to_string(j) +
+                             "] is " + std::to_string(id) + " but the sequence uses that page");
+      out.indices.push_back(id);
+    }
+    check_arg(out.indices.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
+              "too many pages for an i32 indptr");
+    out.indptr.push_back(static_cast<std::int32_t>(out.indices.size()));
+    out.last_page_len.push_back(pages == 0 ? 0 : static_cast<std::int32_t>(len - (pages - 1) * page_size));
+  }
+  return out;
+}
+
+BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size) {
+  check_arg(page_size >= 1, "page_size must be >= 1, got " + std::to_string(page_size));
+  check_host_i32(table.indptr, "indptr", 1);
+  check_host_i32(table.indices, "indices", 1);
+  check_host_i32(table.last_page_len, "last_page_len", 1);
+  check_arg(table.indptr.size(0) >= 1, "indptr must have num_seqs + 1 >= 1 entries");
+  const std::int64_t n = table.indptr.size(0) - 1;
+  check_arg(table.last_page_len.size(0) == n, "last_page_len has " +
+                                                  std::to_string(table.last_page_len.size(0)) +
+                                                  " entries, expected num_seqs = " + std::to_string(n));
+  auto at = [](const TensorView& t, std::int64_t i) {
+    return static_cast<std::int64_t>(*static_cast<const std::int32_t*>(t.element_ptr({i})));
+  };
+  check_arg(at(table.indptr, 0) == 0, "indptr[0] must be 0");
+  BlockTableData out;
+  out.num_seqs = n;
+  for (std::int64_t s = 0; s < n; ++s) {
+    const std::int64_t count = at(table.indptr, s + 1) - at(table.indptr, s);
+    check_arg(count >= 0 && at(table.indptr, s + 1) <= table.indices.size(0),
+              "indptr is decreasing or past the end of indices at " + std::to_string(s + 1));
+    out.max_pages = std::max(out.max_pages, count);
+  }
+  out.block_table.assign(static_cast<std::size_t>(n * out.max_pages), -1);
+  out.seq_lens.assign(static_cast<std::size_t>(n), 0);
+  for (std::int64_t s = 0; s < n; ++s) {
+    const std::int64_t begin = at(table.indptr, s), count = at(table.indptr, s + 1) - begin;
+    for (std::int64_t j = 0; j < count; ++j) {
+      out.block_table[static_cast<std::size_t>(s * out.max_pages + j)] =
+          static_cast<std::int32_t>(at(table.indices, begin + j));
+    }
+    if (count > 0) {
+      const std::int64_t last = at(table.last_page_len, s);
+      check_arg(last >= 1 && last <= page_size, "last_page_len[" + std::to_string(s) + "] is " +
+                                                    std::to_string(last) + ", expected [1, " +
+                                                    std::to_string(page_size) + "]");
+      out.seq_lens[static_cast<std::size_t>(s)] = static_cast<std::int32_t>((count - 1) * page_size + last);
+    }
+  }
+  return out;
+}
+
+}  // namespace pagedattn

@@ -1,0 +1,285 @@
+#include "core/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <utility>
+
+#include "pagedattn/error.h"
+
+namespace pagedattn::detail {
+
+namespace {
+std::string dtype_list(std::initializer_list<DType> allowed) {
+  std::string s;
+  for (DType t : allowed) s += (s.empty() ? "" : "|") + std::string(to_string(t));
+  return s;
+}
+std::string str(std::int64_t v) { return std::to_string(v); }
+}  // namespace
+
+std::string shape_of(const TensorView& t) { return t.describe(); }
+
+void check_tensor(const Context& ctx, const TensorView& t, std::string_view name,
+                  std::initializer_list<DType> allowed, int rank) {
+  const std::string n(name);
+  check_arg(t.defined(), n + " is required but was not given");
+  check_arg(t.device() == ctx.device, n + " is on " + to_string(t.device()) +
+                                          " but the op runs on " + to_string(ctx.device));
+  check_arg(std::find(allowed.begin(), allowed.end(), t.dtype()) != allowed.end(),
+            n + " has dtype " + std::string(to_string(t.dtype())) + ", expected " +
+                dtype_list(allowed));
+  check_arg(t.rank() == rank, n + " has rank " + str(t.rank()) + ", expected " + str(rank) +
+                                  " (got " + t.describe() + ")");
+  for (int d = 0; d < rank; ++d) {
+    check_arg(t.size(d) >= 0, n + " has a negative size in dimension " + str(d));
+  }
+  if (t.numel() > 0) {
+    check_arg(t.data() != nullptr, n + " has " + str(t.numel()) + " elements but a null pointer");
+    check_arg(reinterpret_cast<std::uintptr_t>(t.data()) % dtype_size(t.dtype()) == 0,
+              n + " is not aligned to its element size");
+  }
+}
+
+void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t expected,
+               std::string_view what) {
+  check_arg(t.size(dim) == expected, std::string(name) + " dimension " + str(dim) + " (" +
+                                         std::string(what) + ") is " + str(t.size(dim)) +
+                                         ", expected " + str(expected) + " (got " +
+                                         t.describe() + ")");
+}
+
+void check_head_dim(std::int64_t head_dim, std::string_view name) {
+  check_supported(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxHeadDim,
+                  std::string(name) + ": head_dim " + str(head_dim) +
+                      " is not supported (expected a multiple of 8 in [8, 256])");
+}
+
+void check_heads(std::int64_t num_q_heads, std::int64_t num_kv_heads, std::string_view name) {
+  check_arg(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0,
+            std::string(name) + ": num_q_heads " + str(num_q_heads) +
+                " is not a positive multiple of num_kv_heads " + str(num_kv_heads));
+}
+
+// ---- cache -----------------------------------------------------------------------------------
+
+namespace {
+KVTensorAccess access_of(const TensorView& t, int page_dim, int head_dim_axis, int token_dim,
+                         int dim_axis, std::int64_t head_dim) {
+  KVTensorAccess a;
+  a.data = static_cast<std::byte*>(t.data());
+  a.page_stride = t.stride(page_dim);
+  a.head_stride = t.stride(head_dim_axis);
+  a.token_stride = t.stride(token_dim);
+  a.chunk_len = head_dim;
+  a.chunk_stride = 0;
+  a.elem_stride = t.stride(dim_axis);
+  return a;
+}
+}  // namespace
+
+KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
+  const std::initializer_list<DType> kKVTypes = {DType::kF32, DType::kF16, DType::kBF16,
+                                                     DType::kF8E4M3, DType::kF8E5M2};
+  const bool split = cache.layout == KVLayout::kVllmSplit;
+  check_tensor(ctx, cache.k, "cache.k", kKVTypes, split ? 5 : 4);
+  check_tensor(ctx, cache.v, "cache.v", kKVTypes, 4);
+  check_arg(cache.k.dtype() == cache.v.dtype(),
+            "cache.k has dtype " + std::string(to_string(cache.k.dtype())) + " but cache.v has " +
+                std::string(to_string(cache.v.dtype())));
+  KVCacheAccess kv;
+  kv.dtype = cache.k.dtype();
+  const TensorView& k = cache.k;
+  switch (cache.layout) {
+    case KVLayout::kNHD:
+      kv.num_pages = k.size(0), kv.page_size = k.size(1), kv.num_kv_heads = k.size(2),
+      kv.head_dim = k.size(3);
+      kv.k = access_of(k, 0, 2, 1, 3, kv.head_dim);
+      kv.v = access_of(cache.v, 0, 2, 1, 3, kv.head_dim);
+      break;
+    case KVLayout::kHND:
+      kv.num_pages = k.size(0), kv.num_kv_heads = k.size(1), kv.page_size = k.size(2),
+      kv.head_dim = k.size(3);
+      kv.k = access_of(k, 0, 1, 2, 3, kv.head_dim);
+      kv.v = access_of(cache.v, 0, 1, 2, 3, kv.head_dim);
+      break;
+    case KVLayout::kVllmSplit: {
+      const std::int64_t x = vllm_split_x(kv.dtype);
+      check_arg(k.size(4) == x, "cache.k (vllm layout) last dimension is " + str(k.size(4)) +
+                                    ", expected x = 16 bytes = " + str(x) + " elements of " +
+                                    std::string(to_string(kv.dtype)));
+      kv.num_pages = k.size(0), kv.num_kv_heads = k.size(1), kv.page_size = k.size(3),
+      kv.head_dim = k.size(2) * x;
+      kv.k = access_of(k, 0, 1, 3, 4, kv.head_dim);
+      kv.k.chunk_len = x;
+      kv.k.chunk_stride = k.stride(2);
+      kv.v = access_of(cache.v, 0, 1, 3, 2, kv.head_dim);
+      break;
+    }
+    default: check_arg(false, "cache.layout is not a known KVLayout");
+  }
+  check_head_dim(kv.head_dim, "cache");
+  check_arg(kv.page_size >= 1, "cache page_size is " + str(kv.page_size) + ", expected >= 1");
+  check_arg(kv.num_kv_heads >= 1, "cache num_kv_heads is " + str(kv.num_kv_heads));
+  // V must describe the same geometry as K.
+  const TensorView& v = cache.v;
+  const std::int64_t expect_v[4] = {
+      kv.num_pages,
+      cache.layout == KVLayout::kNHD ? kv.page_size : kv.num_kv_heads,
+      cache.layout == KVLayout::kNHD ? kv.num_kv_heads
+      : cache.layout == KVLayout::kHND ? kv.page_size : kv.head_dim,
+      cache.layout == KVLayout::kVllmSplit ? kv.page_size : kv.head_dim};
+  for (int d = 0; d < 4; ++d) check_dim(v, "cache.v", d, expect_v[d], "to match cache.k");
+  if (is_fp8(kv.dtype)) {
+    check_arg(std::isfinite(cache.k_scale) && cache.k_scale > 0,
+              "cache.k_scale must be finite and > 0, got " + std::to_string(cache.k_scale));
+    check_arg(std::isfinite(cache.v_scale) && cache.v_scale > 0,
+              "cache.v_scale must be finite and > 0, got " + std::to_string(cache.v_scale));
+    kv.k_scale = cache.k_scale;
+    kv.v_scale = cache.v_scale;
+    for (auto [t, name, dst] : {std::tuple{&cache.k_head_scales, "cache.k_head_scales", &kv.k_head_scales},
+                                std::tuple{&cache.v_head_scales, "cache.v_head_scales", &kv.v_head_scales}}) {
+      if (!t->defined()) continue;
+      check_tensor(ctx, *t, name, {DType::kF32}, 1);
+      check_dim(*t, name, 0, kv.num_kv_heads, "num_kv_heads");
+      check_arg(t->is_contiguous(), std::string(name) + " must be contiguous");
+      *dst = t->data_as<const float>();
+    }
+  }
+  return kv;
+}
+
+// ---- page tables -----------------------------------------------------------------------------
+
+PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const KVCacheAccess& kv,
+                              std::string_view name) {
+  const std::string n(name);
+  // Page tables are read on the host to validate them (and, on the CPU, to run).
+  const Context host = Context::cpu();
+  const Context& where = ctx.device.type == DeviceType::kCPU ? ctx : host;
+  PageTableAccess a;
+  a.page_size = kv.page_size;
+  auto check_page = [&](std::int64_t page, std::int64_t row, std::int64_t j) {
+    check_arg(page >= 0 && page < kv.num_pages,
+              n + ": page id " + str(page) + " (row " + str(row) + ", page " + str(j) +
+                  ") is out of range [0, " + str(kv.num_pages) + ")");
+  };
+  if (const auto* bt = std::get_if<BlockTable>(&table)) {
+    check_tensor(where, bt->block_table, n + ".block_table", {DType::kI32}, 2);
+    check_tensor(where, bt->seq_lens, n + ".seq_lens", {DType::kI32}, 1);
+    a.num_rows = bt->block_table.size(0);
+    check_dim(bt->seq_lens, n + ".seq_lens", 0, a.num_rows, "num_seqs");
+    a.block_table = bt->block_table.data_as<const std::int32_t>();
+    a.bt_row_stride = bt->block_table.stride(0);
+    a.bt_col_stride = bt->block_table.stride(1);
+    a.seq_lens = bt->seq_lens.data_as<const std::int32_t>();
+    a.seq_lens_stride = bt->seq_lens.stride(0);
+    const std::int64_t max_pages = bt->block_table.size(1);
+    for (std::int64_t r = 0; r < a.num_rows; ++r) {
+      const std::int64_t len = a.seq_lens[r * a.seq_lens_stride];
+      check_arg(len >= 0, n + ".seq_lens[" + str(r) + "] is " + str(len) + ", expected >= 0");
+      check_arg(len <= max_pages * kv.page_size,
+                n + ".seq_lens[" + str(r) + "] is " + str(len) + " but the table holds only " +
+                    str(max_pages) + " pages of " + str(kv.page_size) + " tokens");
+      const SeqPages row = a.row(r);
+      for (std::int64_t j = 0; j * kv.page_size < len; ++j) check_page(row.page(j), r, j);
+    }
+    return a;
+  }
+  const auto& csr = std::get<CsrPageTable>(table);
+  check_tensor(where, csr.indptr, n + ".indptr", {DType::kI32}, 1);
+  check_tensor(where, csr.indices, n + ".indices", {DType::kI32}, 1);
+  check_tensor(where, csr.last_page_len, n + ".last_page_len", {DType::kI32}, 1);
+  check_arg(csr.indptr.size(0) >= 1, n + ".indptr must have num_seqs + 1 >= 1 entries");
+  for (auto [t, tn] : {std::pair{&csr.indptr, ".indptr"}, std::pair{&csr.indices, ".indices"},
+                       std::pair{&csr.last_page_len, ".last_page_len"}}) {
+    check_arg(t->is_contiguous(), n + tn + " must be contiguous");
+  }
+  a.num_rows = csr.indptr.size(0) - 1;
+  check_dim(csr.last_page_len, n + ".last_page_len", 0, a.num_rows, "num_seqs");
+  a.indptr = csr.indptr.data_as<const std::int32_t>();
+  a.indices = csr.indices.data_as<const std::int32_t>();
+  a.last_page_len = csr.last_page_len.data_as<const std::int32_t>();
+  check_arg(a.indptr[0] == 0, n + ".indptr[0] is " + str(a.indptr[0]) + ", expected 0");
+  for (std::int64_t r = 0; r < a.num_rows; ++r) {
+    const std::int64_t begin = a.indptr[r], end = a.indptr[r + 1];
+    check_arg(end >= begin, n + ".indptr is decreasing at " + str(r + 1));
+    check_arg(end <= csr.indices.size(0), n + ".indptr[" + str(r + 1) + "] = " + str(end) +
+                                              " exceeds indices length " +
+                                              str(csr.indices.size(0)));
+    if (end > begin) {
+      const std::int64_t last = a.last_page_len[r];
+      check_arg(last >= 1 && last <= kv.page_size,
+                n + ".last_page_len[" + str(r) + "] is " + str(last) + ", expected [1, " +
+                    str(kv.page_size) + "]");
+    }
+    for (std::int64_t j = begin; j < end; ++j) check_page(a.indices[j], r, j - begin);
+  }
+  return a;
+}
+
+// ---- queries and outputs ---------------------------------------------------------------------
+
+QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& out,
+                    const TensorView& lse, std::int64_t num_tokens, std::int64_t num_q_heads,
+                    std::int64_t head_dim) {
+  const std::initializer_list<DType> kQTypes = {DType::kF32, DType::kF16, DType::kBF16};
+  check_tensor(ctx, q, "q", kQTypes, 3);
+  check_tensor(ctx, out, "out", kQTypes, 3);
+  const char* what[3] = {"tokens", "num_q_heads", "head_dim"};
+  const std::int64_t expect[3] = {num_tokens, num_q_heads, head_dim};
+  for (int d = 0; d < 3; ++d) {
+    check_dim(q, "q", d, expect[d], what[d]);
+    check_dim(out, "out", d, expect[d], what[d]);
+  }
+  check_arg(q.stride(2) == 1 || head_dim == 1, "q must be contiguous along head_dim (stride " +
+                                                   str(q.stride(2)) + ")");
+  check_arg(out.stride(2) == 1 || head_dim == 1,
+            "out must be contiguous along head_dim (stride " + str(out.stride(2)) + ")");
+  QOAccess a;
+  a.q = static_cast<const std::byte*>(q.data());
+  a.q_dtype = q.dtype();
+  a.q_token_stride = q.stride(0);
+  a.q_head_stride = q.stride(1);
+  a.out = static_cast<std::byte*>(out.data());
+  a.out_dtype = out.dtype();
+  a.out_token_stride = out.stride(0);
+  a.out_head_stride = out.stride(1);
+  if (lse.defined()) {
+    check_tensor(ctx, lse, "lse", {DType::kF32}, 2);
+    check_dim(lse, "lse", 0, num_tokens, "tokens");
+    check_dim(lse, "lse", 1, num_q_heads, "num_q_heads");
+    a.lse = lse.data_as<float>();
+    a.lse_token_stride = lse.stride(0);
+    a.lse_head_stride = lse.stride(1);
+  }
+  return a;
+}
+
+AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,
+                                 std::int64_t num_q_heads, std::int64_t head_dim) {
+  AttentionVariant v;
+  check_arg(std::isfinite(params.scale) && params.scale >= 0,
+            "params.scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got " +
+                std::to_string(params.scale));
+  v.scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  v.causal = params.causal;
+  check_arg(params.window_left >= -1,
+            "params.window_left must be >= 0, or -1 for none; got " + str(params.window_left));
+  v.window_left = params.window_left;
+  check_arg(std::isfinite(params.logits_soft_cap) && params.logits_soft_cap >= 0,
+            "params.logits_soft_cap must be finite and >= 0, got " +
+                std::to_string(params.logits_soft_cap));
+  v.soft_cap = params.logits_soft_cap;
+  for (auto [t, name, dst] : {std::tuple{&params.alibi_slopes, "params.alibi_slopes", &v.alibi_slopes},
+                              std::tuple{&params.sinks, "params.sinks", &v.sinks}}) {
+    if (!t->defined()) continue;
+    check_tensor(ctx, *t, name, {DType::kF32}, 1);
+    check_dim(*t, name, 0, num_q_heads, "num_q_heads");
+    check_arg(t->is_contiguous(), std::string(name) + " must be contiguous");
+    *dst = t->data_as<const float>();
+  }
+  return v;
+}
+
+}  // namespace pagedattn::detail

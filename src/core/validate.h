@@ -1,0 +1,47 @@
+// Internal: argument checks shared by the ops. Each resolve_* function checks everything about
+// its arguments (device, dtype, rank, shape, pointers, then index ranges) and throws
+// pagedattn::Error naming the argument; it reads but never writes.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/problem.h"
+#include "pagedattn/attention_params.h"
+#include "pagedattn/context.h"
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/page_table.h"
+
+namespace pagedattn::detail {
+
+constexpr std::int64_t kMaxHeadDim = 256;
+
+// Basic checks of one tensor argument: present, on ctx's device, dtype in `allowed`, rank,
+// non-null data when non-empty, element-aligned.
+void check_tensor(const Context& ctx, const TensorView& t, std::string_view name,
+                  std::initializer_list<DType> allowed, int rank);
+// Checks t.size(dim) == expected.
+void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t expected,
+               std::string_view what);
+
+KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache);
+
+// Validates the table against the cache (page ids in [0, num_pages) for every page a sequence
+// uses, lengths within the pages given). `name` prefixes error messages.
+PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const KVCacheAccess& kv,
+                              std::string_view name = "table");
+
+// q/out: [num_tokens, num_q_heads, head_dim] with a contiguous last dimension; lse optional.
+QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& out,
+                    const TensorView& lse, std::int64_t num_tokens, std::int64_t num_q_heads,
+                    std::int64_t head_dim);
+
+AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,
+                                 std::int64_t num_q_heads, std::int64_t head_dim);
+
+void check_head_dim(std::int64_t head_dim, std::string_view name);
+void check_heads(std::int64_t num_q_heads, std::int64_t num_kv_heads, std::string_view name);
+
+std::string shape_of(const TensorView& t);
+
+}  // namespace pagedattn::detail

@@ -1,0 +1,43 @@
+// The CPU backend's view of the machine: thread count and the SIMD target that Highway's
+// runtime dispatch picks (the same mechanism the kernels use, so the answer cannot drift).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/cpu_info.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace pagedattn::cpu::HWY_NAMESPACE {
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+}  // namespace pagedattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include "cpu/cpu_backend.h"
+#include "pagedattn/system_info.h"
+
+namespace pagedattn {
+
+namespace cpu {
+HWY_EXPORT(TargetNameImpl);
+
+const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+int resolve_num_threads(int requested) {
+  return requested > 0 ? requested : omp_get_max_threads();
+}
+}  // namespace cpu
+
+std::string cpu_simd_target() { return cpu::simd_target_name(); }
+
+std::vector<std::string> cpu_compiled_simd_targets() {
+  std::vector<std::string> out;
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t));
+  return out;
+}
+
+int cpu_hardware_threads() { return omp_get_num_procs(); }
+
+}  // namespace pagedattn
+#endif  // HWY_ONCE
