@@ -1,0 +1,58 @@
+// pagedattn benchmarks: each measures the library against a ceiling measured in the same run
+// and returns one JSON record per case, in the contract of BENCHMARKS.md ("op", "backend",
+// "device", "dtype", "kv_dtype", "layout", "page_size", "num_q_heads", "num_kv_heads",
+// "head_dim", "batch", "seq_lens_desc", "time_us_median", "time_us_min", "achieved_gbps" or
+// "achieved_tflops", "ceiling_gbps" or "ceiling_tflops", "ratio_to_ceiling", ...).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pagedattn/dtype.h"
+#include "pagedattn/kv_cache.h"
+
+namespace pagedattn::bench {
+
+// Called with a one-line progress message while a benchmark runs (may be empty).
+using Progress = std::function<void(const std::string&)>;
+
+struct DecodeBenchConfig {
+  int num_threads = 0;  // 0 = all hardware threads
+  int warmup = 2;
+  int iterations = 10;  // median and min over these
+  DType q_dtype = DType::kBF16;
+  std::vector<DType> kv_dtypes = {DType::kBF16, DType::kF32};
+  KVLayout layout = KVLayout::kNHD;
+  std::int64_t page_size = 16;
+  std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128;
+  std::int64_t batch = 16, seq_len = 2048;
+  std::uint64_t seed = 1234;
+};
+
+struct PrefillBenchConfig {
+  int num_threads = 0;
+  int warmup = 1;
+  int iterations = 10;
+  DType dtype = DType::kBF16;  // q, KV and output
+  KVLayout layout = KVLayout::kNHD;
+  std::int64_t page_size = 16;
+  std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128;
+  std::int64_t batch = 1, new_tokens = 2048, cached_tokens = 0;  // queries = the last new_tokens
+  bool causal = true;
+  std::uint64_t seed = 1234;
+};
+
+// Ceilings, measured on all `num_threads` threads.
+// Streaming read of a >= 1 GiB buffer, summed with SIMD: bytes / second / 1e9.
+double measure_stream_read_gbps(int num_threads);
+// fp32 fused multiply-add peak (independent FMA chains in registers): GFLOP/s (2 per FMA).
+double measure_fp32_fma_peak_gflops(int num_threads);
+
+std::vector<nlohmann::json> run_decode_bench(const DecodeBenchConfig& config, const Progress& progress = {});
+std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& config, const Progress& progress = {});
+
+}  // namespace pagedattn::bench
