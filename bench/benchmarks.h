@@ -52,6 +52,32 @@ double measure_stream_read_gbps(int num_threads);
 // fp32 fused multiply-add peak (independent FMA chains in registers): GFLOP/s (2 per FMA).
 double measure_fp32_fma_peak_gflops(int num_threads);
 
+// ---- CUDA (available when the CUDA backend is built) ----
+
+struct CudaDecodeShape {
+  std::string name;               // BENCHMARKS.md name, e.g. "d-b64"
+  std::vector<std::int64_t> lens; // KV tokens per sequence
+  std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  DType kv_dtype = DType::kBF16;  // q and output are bf16
+  KVLayout layout = KVLayout::kNHD;
+};
+
+struct CudaDecodeBenchConfig {
+  int device = 0;
+  int warmup = 10;
+  int iterations = 100;  // median and min over these
+  std::vector<CudaDecodeShape> shapes;
+};
+
+// GQA 32/8 and MHA 32/32 on d-long1, d-mid16, d-b64, d-b256, d-b32-16k, d-ragged (bf16, page
+// 16), then fp8 e4m3/e5m2 KV and page sizes 1, 32, 128 on d-b64 GQA.
+std::vector<CudaDecodeShape> standard_cuda_decode_shapes();
+// Device-to-device copy of 2 GiB: (bytes read + bytes written) / time, GB/s.
+double measure_cuda_copy_gbps(int device);
+std::string cuda_device_name(int device);
+std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& config,
+                                                  const Progress& progress = {});
+
 std::vector<nlohmann::json> run_decode_bench(const DecodeBenchConfig& config, const Progress& progress = {});
 std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& config, const Progress& progress = {});
 

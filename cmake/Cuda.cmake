@@ -9,7 +9,7 @@ if(NOT PAGEDATTN_CUDA STREQUAL "OFF")
     endif()
     # CMake releases older than the CUDA toolkit may not know its C++20 flag: pass it directly.
     set(CMAKE_CUDA_STANDARD 17)
-    set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20")
+    set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -std=c++20 --expt-relaxed-constexpr")
     enable_language(CUDA)
     set(CMAKE_CUDA17_STANDARD_COMPILE_OPTION "")  # the -std=c++20 above is the only one
     find_package(CUDAToolkit REQUIRED)

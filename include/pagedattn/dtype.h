@@ -91,6 +91,7 @@ inline std::uint8_t encode_small_float(float f, float max_finite, std::uint8_t m
   if (std::isnan(f)) return sign | nan_code;
   const float a = std::fabs(f);
   if (a >= max_finite) return sign | max_code;  // saturate (KV caches prefer clipping to inf)
+  if (a == 0.0f) return sign;                   // frexp(0) gives no usable exponent
   int e = 0;
   std::frexp(a, &e);                       // a = m * 2^e, m in [0.5, 1)
   const int exp = std::max(e - 1, 1 - kBias);  // subnormals share the smallest exponent

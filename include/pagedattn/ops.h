@@ -44,6 +44,11 @@ enum class DecodeVariant : unsigned char {
 struct DecodeOptions {
   DecodeVariant variant = DecodeVariant::kAuto;
   int partition_size = 0;  // split-K tokens per partition (a multiple of page_size); 0 = planner
+  // CUDA: a host copy of `table` (same format and shapes). The op validates page ids and
+  // lengths and plans its split from this copy, so it never reads device memory from the host
+  // (no synchronisation, safe inside a CUDA graph). Required when the table lives on the GPU;
+  // ignored on the CPU.
+  const PageTable* host_table = nullptr;
 };
 
 // One query per sequence, at its last position. q, out: [num_seqs, num_q_heads, head_dim];

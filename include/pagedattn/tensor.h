@@ -59,6 +59,9 @@ class TensorView {
   // Half-open byte range [first, last) this view can touch; {0,0} for an empty view.
   std::array<std::uintptr_t, 2> byte_span() const;
 
+  // The same shape and strides over other memory (e.g. a copy of the data on another device).
+  static TensorView rebind(const TensorView& like, void* data, Device device);
+
   // "bf16[16, 32, 128] strides [4096, 128, 1] cpu" — used in error messages.
   std::string describe() const;
 

@@ -1,11 +1,16 @@
 // decode and prefill: validate, resolve into an AttentionProblem, dispatch.
 #include <string>
+#include <vector>
 
 #include "core/backend_select.h"
 #include "core/validate.h"
 #include "cpu/cpu_backend.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
+
+#if PAGEDATTN_WITH_CUDA
+#include "cuda/decode.h"
+#endif
 
 namespace pagedattn {
 
@@ -27,6 +32,8 @@ detail::AttentionProblem resolve_common(const Context& ctx, const TensorView& q,
   p.table = detail::resolve_table(ctx, table, p.kv);
   return p;
 }
+
+
 }  // namespace
 
 void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
@@ -34,7 +41,12 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
             const DecodeOptions& options) {
   detail::require_backend(ctx, "decode");
   check_arg(q.rank() >= 1, "q has rank 0, expected 3 [num_seqs, num_q_heads, head_dim]");
-  detail::AttentionProblem p = resolve_common(ctx, q, cache, table, params, out, lse, q.size(0));
+  const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
+  check_arg(!on_gpu || options.host_table != nullptr,
+            "options.host_table is required on CUDA: a host copy of the page table, used to "
+            "validate it and plan the launch without reading GPU memory");
+  detail::AttentionProblem p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table,
+                                              params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
   check_arg(q.size(0) == p.num_seqs, "q has " + std::to_string(q.size(0)) +
                                          " sequences but the page table has " +
@@ -44,6 +56,17 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
             "options.partition_size " + std::to_string(options.partition_size) +
                 " must be 0 (planner) or a positive multiple of page_size " +
                 std::to_string(p.kv.page_size));
+  if (on_gpu) {
+#if PAGEDATTN_WITH_CUDA
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(p.num_seqs));
+    for (std::int64_t s = 0; s < p.num_seqs; ++s) lengths[static_cast<std::size_t>(s)] = p.table.row(s).kv_len;
+    // The host copy was validated above; point the kernels at the device table.
+    p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
+    const cuda::DecodePlan plan = cuda::plan_decode(p, lengths.data(), options, ctx.device.index);
+    cuda::decode(p, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
+#endif
+    return;
+  }
   if (ctx.implementation == Implementation::kReference) return cpu::reference_attention(p);
   cpu::decode(p, options, ctx.num_threads);
 }

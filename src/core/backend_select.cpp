@@ -16,7 +16,7 @@ void require_backend(const Context& ctx, std::string_view op) {
                                   "(configure with -DPAGEDATTN_CUDA=ON on a machine with nvcc)");
   check_supported(ctx.implementation == Implementation::kFast,
                   std::string(op) + ": the reference implementation runs on the CPU only");
-  check_supported(false, std::string(op) + " is not yet available on the CUDA backend");
+  check_supported(op == "decode", std::string(op) + " is not yet available on the CUDA backend");
 }
 
 }  // namespace pagedattn::detail

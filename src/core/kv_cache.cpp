@@ -63,6 +63,9 @@ PagedKV KVCacheSpec::make_views(void* k_data, void* v_data, Device device) const
   check_arg(layout != KVLayout::kVllmSplit || head_dim % vllm_split_x(dtype) == 0,
             "head_dim " + std::to_string(head_dim) + " is not a multiple of the vllm layout's x = " +
                 std::to_string(vllm_split_x(dtype)) + " for " + std::string(to_string(dtype)));
+  check_arg(num_pages == 0 || (k_data != nullptr && v_data != nullptr),
+            "KVCacheSpec::make_views: k_data and v_data must not be null for a cache of " +
+                std::to_string(num_pages) + " pages");
   const auto k = k_shape();
   const auto v = v_shape();
   PagedKV kv;

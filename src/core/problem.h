@@ -9,6 +9,13 @@
 
 #include "pagedattn/dtype.h"
 
+// The accessors below run on the host and, for the CUDA backend, inside kernels.
+#if defined(__CUDACC__)
+#define PAGEDATTN_HD __host__ __device__ __forceinline__
+#else
+#define PAGEDATTN_HD inline
+#endif
+
 namespace pagedattn::detail {
 
 // One of the cache's K or V tensors. Element (page, head, token, dim) is at
@@ -21,13 +28,13 @@ struct KVTensorAccess {
                elem_stride = 1;
   std::int64_t chunk_len = 0;
 
-  std::int64_t offset(std::int64_t page, std::int64_t head, std::int64_t token,
+  PAGEDATTN_HD std::int64_t offset(std::int64_t page, std::int64_t head, std::int64_t token,
                       std::int64_t dim) const {
     return page * page_stride + head * head_stride + token * token_stride +
            (dim / chunk_len) * chunk_stride + (dim % chunk_len) * elem_stride;
   }
   // True when a token's head_dim values are contiguous in memory (NHD, HND).
-  bool dim_contiguous(std::int64_t head_dim) const {
+  PAGEDATTN_HD bool dim_contiguous(std::int64_t head_dim) const {
     return elem_stride == 1 && (chunk_len == head_dim || chunk_stride == chunk_len);
   }
 };
@@ -40,8 +47,8 @@ struct KVCacheAccess {
   const float* k_head_scales = nullptr;        // [num_kv_heads] or null
   const float* v_head_scales = nullptr;
 
-  float k_scale_of(std::int64_t head) const { return k_head_scales ? k_head_scales[head] : k_scale; }
-  float v_scale_of(std::int64_t head) const { return v_head_scales ? v_head_scales[head] : v_scale; }
+  PAGEDATTN_HD float k_scale_of(std::int64_t head) const { return k_head_scales ? k_head_scales[head] : k_scale; }
+  PAGEDATTN_HD float v_scale_of(std::int64_t head) const { return v_head_scales ? v_head_scales[head] : v_scale; }
 };
 
 // The pages and length of one row of a page table.
@@ -50,7 +57,7 @@ struct SeqPages {
   std::int64_t stride = 1;
   std::int64_t kv_len = 0;
 
-  std::int64_t page(std::int64_t j) const { return pages[j * stride]; }
+  PAGEDATTN_HD std::int64_t page(std::int64_t j) const { return pages[j * stride]; }
 };
 
 // Either page-table format, validated.
@@ -67,7 +74,7 @@ struct PageTableAccess {
   const std::int32_t* last_page_len = nullptr;
   std::int64_t page_size = 0;
 
-  SeqPages row(std::int64_t r) const {
+  PAGEDATTN_HD SeqPages row(std::int64_t r) const {
     if (block_table != nullptr) {
       return {block_table + r * bt_row_stride, bt_col_stride, seq_lens[r * seq_lens_stride]};
     }
@@ -117,17 +124,17 @@ struct AttentionProblem {
   const std::int64_t* key_pos_offset = nullptr;
   const std::int64_t* query_pos_end = nullptr;
 
-  std::int64_t group_size() const { return num_q_heads / num_kv_heads; }
-  std::int64_t q_begin(std::int64_t s) const { return qo_indptr ? qo_indptr[s] : s; }
-  std::int64_t q_end(std::int64_t s) const { return qo_indptr ? qo_indptr[s + 1] : s + 1; }
-  std::int64_t row_of(std::int64_t s) const { return seq_to_row ? seq_to_row[s] : s; }
-  SeqPages pages_of(std::int64_t s) const {
+  PAGEDATTN_HD std::int64_t group_size() const { return num_q_heads / num_kv_heads; }
+  PAGEDATTN_HD std::int64_t q_begin(std::int64_t s) const { return qo_indptr ? qo_indptr[s] : s; }
+  PAGEDATTN_HD std::int64_t q_end(std::int64_t s) const { return qo_indptr ? qo_indptr[s + 1] : s + 1; }
+  PAGEDATTN_HD std::int64_t row_of(std::int64_t s) const { return seq_to_row ? seq_to_row[s] : s; }
+  PAGEDATTN_HD SeqPages pages_of(std::int64_t s) const {
     const std::int64_t r = row_of(s);
     return r < 0 ? SeqPages{} : table.row(r);
   }
-  std::int64_t key_offset(std::int64_t s) const { return key_pos_offset ? key_pos_offset[s] : 0; }
+  PAGEDATTN_HD std::int64_t key_offset(std::int64_t s) const { return key_pos_offset ? key_pos_offset[s] : 0; }
   // One past the last query position of sequence s.
-  std::int64_t query_end(std::int64_t s) const {
+  PAGEDATTN_HD std::int64_t query_end(std::int64_t s) const {
     return query_pos_end ? query_pos_end[s] : pages_of(s).kv_len;
   }
 };

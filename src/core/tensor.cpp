@@ -116,6 +116,13 @@ std::array<std::uintptr_t, 2> TensorView::byte_span() const {
           static_cast<std::uintptr_t>(static_cast<std::int64_t>(base) + (hi + 1) * esize)};
 }
 
+TensorView TensorView::rebind(const TensorView& like, void* data, Device device) {
+  TensorView out = like;
+  out.data_ = data;
+  out.device_ = device;
+  return out;
+}
+
 std::string TensorView::describe() const {
   std::string s(to_string(dtype_));
   s += "[";

@@ -170,6 +170,10 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
     a.num_rows = bt->block_table.size(0);
     check_dim(bt->seq_lens, n + ".seq_lens", 0, a.num_rows, "num_seqs");
     a.block_table = bt->block_table.data_as<const std::int32_t>();
+    // An empty block table may come with a null pointer, but a null block_table is how
+    // PageTableAccess tells CSR apart: point it at a dummy that is never dereferenced.
+    static constexpr std::int32_t kNoPages = -1;
+    if (a.block_table == nullptr) a.block_table = &kNoPages;
     a.bt_row_stride = bt->block_table.stride(0);
     a.bt_col_stride = bt->block_table.stride(1);
     a.seq_lens = bt->seq_lens.data_as<const std::int32_t>();
@@ -215,6 +219,43 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
     }
     for (std::int64_t j = begin; j < end; ++j) check_page(a.indices[j], r, j - begin);
   }
+  return a;
+}
+
+PageTableAccess resolve_device_table(const Context& ctx, const PageTable& table,
+                                     const PageTable& host_table, const PageTableAccess& host_access,
+                                     std::string_view name) {
+  const std::string n(name);
+  check_arg(table.index() == host_table.index(),
+            n + " and its host copy use different page-table formats");
+  auto same_shape = [&](const TensorView& dev, const TensorView& host, const std::string& what) {
+    check_tensor(ctx, dev, what, {DType::kI32}, host.rank());
+    for (int d = 0; d < host.rank(); ++d) check_dim(dev, what, d, host.size(d), "as in the host copy");
+  };
+  PageTableAccess a = host_access;
+  if (const auto* bt = std::get_if<BlockTable>(&table)) {
+    const auto& hb = std::get<BlockTable>(host_table);
+    same_shape(bt->block_table, hb.block_table, n + ".block_table");
+    same_shape(bt->seq_lens, hb.seq_lens, n + ".seq_lens");
+    a.block_table = bt->block_table.data_as<const std::int32_t>();
+    a.bt_row_stride = bt->block_table.stride(0);
+    a.bt_col_stride = bt->block_table.stride(1);
+    a.seq_lens = bt->seq_lens.data_as<const std::int32_t>();
+    a.seq_lens_stride = bt->seq_lens.stride(0);
+    return a;
+  }
+  const auto& csr = std::get<CsrPageTable>(table);
+  const auto& hc = std::get<CsrPageTable>(host_table);
+  same_shape(csr.indptr, hc.indptr, n + ".indptr");
+  same_shape(csr.indices, hc.indices, n + ".indices");
+  same_shape(csr.last_page_len, hc.last_page_len, n + ".last_page_len");
+  for (auto [t, tn] : {std::pair{&csr.indptr, ".indptr"}, std::pair{&csr.indices, ".indices"},
+                       std::pair{&csr.last_page_len, ".last_page_len"}}) {
+    check_arg(t->is_contiguous(), n + tn + " must be contiguous");
+  }
+  a.indptr = csr.indptr.data_as<const std::int32_t>();
+  a.indices = csr.indices.data_as<const std::int32_t>();
+  a.last_page_len = csr.last_page_len.data_as<const std::int32_t>();
   return a;
 }
 

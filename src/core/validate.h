@@ -31,6 +31,12 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache);
 PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const KVCacheAccess& kv,
                               std::string_view name = "table");
 
+// A page table on a GPU, checked against its validated host copy (same format, same shapes);
+// never reads the device memory.
+PageTableAccess resolve_device_table(const Context& ctx, const PageTable& table,
+                                     const PageTable& host_table, const PageTableAccess& host_access,
+                                     std::string_view name = "table");
+
 // q/out: [num_tokens, num_q_heads, head_dim] with a contiguous last dimension; lse optional.
 QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& out,
                     const TensorView& lse, std::int64_t num_tokens, std::int64_t num_q_heads,

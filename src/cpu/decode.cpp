@@ -1,6 +1,560 @@
-// Paged decode on the CPU (placeholder until the SIMD kernel lands: runs the reference).
+// Paged decode on the CPU: SIMD through Highway (runtime dispatch), threads through OpenMP.
+//
+// A work item is (sequence, kv_head, key range); see decode_plan.h. For each item the
+// group_size query heads that share the KV head are processed together, so every K/V row is
+// read from memory once per group. Keys are consumed in blocks of up to kBlock tokens with an
+// online softmax in f32 (running max m, sum l and unnormalised output acc [group][head_dim]):
+//   1. logits s[g][j] = (q[g] * scale) . k[j]  (+ soft-cap, + ALiBi)
+//   2. m' = max(m, max_j s), acc *= exp(m - m'), l = l * exp(m - m') + sum_j exp(s - m')
+//   3. acc[g] += sum_j exp(s[g][j] - m') * v[j]
+// (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"). Decode is
+// memory bound, so the kernel's job is to stream K/V at full bandwidth: one page-table lookup
+// per page, and the next block's rows are prefetched while the current block is computed.
+//
+// Dim-contiguous layouts (NHD, HND) are read in place in their dtype; other layouts (vLLM
+// split K/V) are first gathered, a page at a time, into an f32 tile [block][head_dim].
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/decode.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "cpu/cpu_backend.h"
+#include "cpu/decode_plan.h"
+#include "cpu/kv_rows.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace pagedattn::cpu::HWY_NAMESPACE {
+namespace {
+
+using detail::AttentionProblem;
+
+constexpr std::int64_t kBlock = 64;  // keys per online-softmax step (logits stay in L1)
+constexpr std::int64_t kCacheLine = 64;
+
+// Per-thread f32 scratch for items of `heads` KV heads.
+struct Scratch {
+  hwy::AlignedFreeUniquePtr<float[]> q, acc, s, m, l, k_tile, v_tile;
+
+  Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles) {
+    const auto hg = static_cast<std::size_t>(heads * group);
+    q = hwy::AllocateAligned<float>(hg * static_cast<std::size_t>(head_dim));    // [heads][group][head_dim], pre-scaled
+    acc = hwy::AllocateAligned<float>(hg * static_cast<std::size_t>(head_dim));  // [heads][group][head_dim]
+    s = hwy::AllocateAligned<float>(static_cast<std::size_t>(group * kBlock));   // [group][kBlock]
+    m = hwy::AllocateAligned<float>(hg);                                         // [heads][group]
+    l = hwy::AllocateAligned<float>(hg);
+    if (tiles) {
+      k_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
+      v_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
+    }
+  }
+};
+
+// Row pointers of one block of consecutive keys.
+struct BlockRows {
+  const std::byte* k[kBlock];
+  const std::byte* v[kBlock];
+  std::int64_t n = 0;
+};
+
+// Prefetches of the K and V spans of rows [first, first + count) of a block, `bytes` from each
+// row pointer, issued a few rows at a time while a block is computed.
+struct PrefetchStream {
+  const BlockRows* rows = nullptr;
+  std::int64_t first = 0, count = 0, bytes = 0;
+
+  // Issues the next `k` rows' prefetches.
+  HWY_INLINE void step(std::int64_t k) {
+    const std::int64_t end = std::min(count, k);
+    for (std::int64_t i = 0; i < end; ++i) {
+      const std::byte* kr = rows->k[first + i];
+      const std::byte* vr = rows->v[first + i];
+      for (std::int64_t off = 0; off < bytes; off += kCacheLine) {
+        hwy::Prefetch(kr + off);
+        hwy::Prefetch(vr + off);
+      }
+    }
+    first += end;
+    count -= end;
+  }
+};
+
+#if HWY_TARGET != HWY_SCALAR
+// Adds the 128-bit blocks of v and stores the 4 floats.
+template <class D>
+HWY_INLINE void store_block_sum(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    hn::StoreU(v, d, out);
+  } else {
+    const hn::Half<D> dh;
+    store_block_sum(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
+  }
+}
+#endif
+
+// out[0, 4) = the lane sums of a, b, c, e (a transposing reduction: ~13 ops instead of 4 full
+// horizontal sums).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void store_sums4(D d, V a, V b, V c, V e, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  out[0] = hn::GetLane(a), out[1] = hn::GetLane(b), out[2] = hn::GetLane(c), out[3] = hn::GetLane(e);
+#else
+  const hn::RepartitionToWide<D> dw;  // moves pairs of floats as one f64 lane
+  // Per 128-bit block: ab = [a0+a2, b0+b2, a1+a3, b1+b3], ce likewise.
+  const V ab = hn::Add(hn::InterleaveLower(a, b), hn::InterleaveUpper(d, a, b));
+  const V ce = hn::Add(hn::InterleaveLower(c, e), hn::InterleaveUpper(d, c, e));
+  // Per block: [a, b, c, e] partial sums.
+  const V abce = hn::Add(hn::BitCast(d, hn::InterleaveLower(hn::BitCast(dw, ab), hn::BitCast(dw, ce))),
+                         hn::BitCast(d, hn::InterleaveUpper(dw, hn::BitCast(dw, ab), hn::BitCast(dw, ce))));
+  store_block_sum(d, abce, out);
+#endif
+}
+
+// s[g * kBlock + j] += q[g][c, D) . k[j][c, D) for the head_dim tail (when head_dim is not a
+// multiple of the full vector: only 8 lanes remain).
+template <DType kT, int kG>
+HWY_INLINE void tail_logit(const float* HWY_RESTRICT q, std::int64_t D, std::int64_t c0,
+                           const std::byte* k, float* HWY_RESTRICT s) {
+  const hn::CappedTag<float, 8> dh;
+  for (std::int64_t c = c0; c < D; c += static_cast<std::int64_t>(hn::Lanes(dh))) {
+    const auto x = load_f32<kT>(dh, k, static_cast<std::size_t>(c));
+    for (int g = 0; g < kG; ++g) {
+      s[g * kBlock] += hn::GetLane(hn::SumOfLanes(dh, hn::Mul(hn::LoadU(dh, q + g * D + c), x)));
+    }
+  }
+}
+
+// s[g * kBlock + j] = q[g] . k[j] for g < kG, j < n. Four tokens at a time: each q chunk loaded
+// from L1 feeds four FMAs and the 4 x kG dot products are reduced together. The prefetch
+// streams (if any) are issued along the way.
+template <DType kT, int kG>
+HWY_NOINLINE void block_logits(const float* HWY_RESTRICT q, std::int64_t D,
+                               const BlockRows& rows, PrefetchStream* near, PrefetchStream* far,
+                               float* HWY_RESTRICT s) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t d_main = D / N * N;
+  const std::int64_t n = rows.n;
+  constexpr int kTok = 4;
+  // Prefetches are spread evenly over the block's token quads.
+  const std::int64_t quads = std::max<std::int64_t>(1, n / kTok);
+  const std::int64_t near_step = near ? (near->count + quads - 1) / quads : 0;
+  const std::int64_t far_step = far ? (far->count + quads - 1) / quads : 0;
+
+  std::int64_t j = 0;
+  for (; j + kTok <= n; j += kTok) {
+    if (near) near->step(near_step);
+    if (far) far->step(far_step);
+    V a[kTok][kG];
+    for (int t = 0; t < kTok; ++t) {
+      for (int g = 0; g < kG; ++g) a[t][g] = hn::Zero(df);
+    }
+    for (std::int64_t c = 0; c < d_main; c += N) {
+      V x[kTok];
+      for (int t = 0; t < kTok; ++t) x[t] = load_f32<kT>(df, rows.k[j + t], static_cast<std::size_t>(c));
+      for (int g = 0; g < kG; ++g) {
+        const V qv = hn::LoadU(df, q + g * D + c);
+        for (int t = 0; t < kTok; ++t) a[t][g] = hn::MulAdd(qv, x[t], a[t][g]);
+      }
+    }
+    for (int g = 0; g < kG; ++g) store_sums4(df, a[0][g], a[1][g], a[2][g], a[3][g], s + g * kBlock + j);
+    if (d_main < D) {
+      for (int t = 0; t < kTok; ++t) tail_logit<kT, kG>(q, D, d_main, rows.k[j + t], s + j + t);
+    }
+  }
+  for (; j < n; ++j) {
+    V a[kG];
+    for (int g = 0; g < kG; ++g) a[g] = hn::Zero(df);
+    for (std::int64_t c = 0; c < d_main; c += N) {
+      const V x = load_f32<kT>(df, rows.k[j], static_cast<std::size_t>(c));
+      for (int g = 0; g < kG; ++g) a[g] = hn::MulAdd(hn::LoadU(df, q + g * D + c), x, a[g]);
+    }
+    for (int g = 0; g < kG; ++g) s[g * kBlock + j] = hn::GetLane(hn::SumOfLanes(df, a[g]));
+    if (d_main < D) tail_logit<kT, kG>(q, D, d_main, rows.k[j], s + j);
+  }
+  if (near) near->step(near->count);  // whatever the quads left (short blocks)
+  if (far) far->step(far->count);
+}
+
+// acc[g][c, c + kC * Lanes(d)) += sum_j p[g * kBlock + j] * v[j][same] for g < kG: kC chunks
+// of kG heads stay in registers across the block, kC * kG independent FMA chains.
+template <DType kT, int kG, int kC, class D>
+HWY_INLINE void accumulate_chunks(D d, float* HWY_RESTRICT acc, std::int64_t head_dim,
+                                  std::int64_t c, const BlockRows& rows,
+                                  const float* HWY_RESTRICT p) {
+  const auto N = static_cast<std::int64_t>(hn::Lanes(d));
+  hn::Vec<D> a[kC][kG];
+  for (int k = 0; k < kC; ++k) {
+    for (int g = 0; g < kG; ++g) a[k][g] = hn::LoadU(d, acc + g * head_dim + c + k * N);
+  }
+  for (std::int64_t j = 0; j < rows.n; ++j) {
+    hn::Vec<D> x[kC];
+    for (int k = 0; k < kC; ++k) x[k] = load_f32<kT>(d, rows.v[j], static_cast<std::size_t>(c + k * N));
+    for (int g = 0; g < kG; ++g) {
+      const auto w = hn::Set(d, p[g * kBlock + j]);
+      for (int k = 0; k < kC; ++k) a[k][g] = hn::MulAdd(w, x[k], a[k][g]);
+    }
+  }
+  for (int k = 0; k < kC; ++k) {
+    for (int g = 0; g < kG; ++g) hn::StoreU(a[k][g], d, acc + g * head_dim + c + k * N);
+  }
+}
+
+// acc[g] += sum_j p[g * kBlock + j] * v[j] for g < kG.
+template <DType kT, int kG>
+HWY_NOINLINE void block_accumulate(float* HWY_RESTRICT acc, std::int64_t D, const BlockRows& rows,
+                                   const float* HWY_RESTRICT p) {
+  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, 8> dh;
+  constexpr int kC = kG >= 8 ? 1 : 8 / kG;  // chunks per pass: about 8 accumulators in flight
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t d_main = D / N * N;
+  std::int64_t c = 0;
+  for (; c + kC * N <= d_main; c += kC * N) accumulate_chunks<kT, kG, kC>(df, acc, D, c, rows, p);
+  for (; c < d_main; c += N) accumulate_chunks<kT, kG, 1>(df, acc, D, c, rows, p);
+  for (; c < D; c += static_cast<std::int64_t>(hn::Lanes(dh))) {
+    accumulate_chunks<kT, kG, 1>(dh, acc, D, c, rows, p);
+  }
+}
+
+// Runs f.template operator()<kG>(g0) over the group in tiles of 4, 2 and 1 heads.
+template <class F>
+HWY_INLINE void for_group_tiles(std::int64_t group, const F& f) {
+  std::int64_t g0 = 0;
+  for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
+  if (g0 + 2 <= group) { f.template operator()<2>(g0); g0 += 2; }
+  if (g0 < group) f.template operator()<1>(g0);
+}
+
+// Soft-cap, ALiBi, then the online-softmax update of head g for a block of n logits at key
+// positions [pos0, pos0 + n); s[0, n) becomes the probabilities exp(s - m').
+HWY_INLINE void softmax_update(const AttentionProblem& p, std::int64_t h, std::int64_t pos0,
+                               std::int64_t query_pos, std::int64_t n, std::int64_t D,
+                               float* HWY_RESTRICT s, float& m, float& l, float* HWY_RESTRICT acc) {
+  const hn::ScalableTag<float> df;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  const float cap = p.variant.soft_cap;
+  const float slope = p.variant.alibi_slopes ? p.variant.alibi_slopes[h] : 0.0f;
+  const auto neg_inf = hn::Set(df, detail::kNegInf);
+  auto vmax = neg_inf;
+  for (std::int64_t i = 0; i < n; i += N) {
+    auto x = hn::Load(df, s + i);
+    if (cap > 0.0f) x = hn::Mul(hn::Set(df, cap), hn::Tanh(df, hn::Mul(x, hn::Set(df, 1.0f / cap))));
+    if (slope != 0.0f) {
+      const auto rel = hn::Iota(df, static_cast<float>(pos0 + i - query_pos));
+      x = hn::MulAdd(hn::Set(df, slope), rel, x);
+    }
+    if (i + N > n) x = hn::IfThenElse(hn::FirstN(df, static_cast<std::size_t>(n - i)), x, neg_inf);
+    vmax = hn::Max(vmax, x);
+    hn::Store(x, df, s + i);
+  }
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(df, vmax)));
+  if (m_new == detail::kNegInf) {  // nothing finite yet: the block contributes nothing
+    std::fill_n(s, n, 0.0f);
+    return;
+  }
+  const auto vm = hn::Set(df, m_new);
+  auto vsum = hn::Zero(df);
+  for (std::int64_t i = 0; i < n; i += N) {
+    const auto e = hn::Exp(df, hn::Sub(hn::Load(df, s + i), vm));  // padding: exp(-inf) = 0
+    vsum = hn::Add(vsum, e);
+    hn::Store(e, df, s + i);
+  }
+  const float alpha = m == detail::kNegInf ? 0.0f : std::exp(m - m_new);
+  if (alpha != 1.0f) {
+    const auto va = hn::Set(df, alpha);
+    const hn::CappedTag<float, 8> dh;
+    std::int64_t d = 0;
+    for (; d + N <= D; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, acc + d), va), df, acc + d);
+    for (; d < D; d += static_cast<std::int64_t>(hn::Lanes(dh))) {
+      hn::StoreU(hn::Mul(hn::LoadU(dh, acc + d), hn::Set(dh, alpha)), dh, acc + d);
+    }
+  }
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(df, vsum));
+  m = m_new;
+}
+
+// Everything the kernel needs about one dtype/layout combination. kDirect: rows are read in
+// place (dim-contiguous layouts); otherwise gathered into f32 tiles.
+template <DType kCacheT, bool kDirect>
+struct DecodeKernel {
+  static constexpr DType kRowT = kDirect ? kCacheT : DType::kF32;
+  static constexpr auto kElem = static_cast<std::int64_t>(sizeof(KVStorage<kCacheT>));
+
+  const AttentionProblem& p;
+  std::int64_t G, D, heads;  // heads: KV heads per work item
+
+  // Row pointers of head `kh` for keys [t0, t0 + n) of the item's sequence (page-table lookup
+  // once per page). Gathered layouts are converted into the thread's f32 tiles here.
+  void fill_rows(const detail::SeqPages& pages, std::int64_t kh, std::int64_t t0, std::int64_t n,
+                 BlockRows& rows, Scratch& sc) const {
+    const auto& kv = p.kv;
+    const std::int64_t ps = kv.page_size;
+    rows.n = n;
+    for (std::int64_t j = 0; j < n;) {
+      const std::int64_t t = t0 + j;
+      const std::int64_t page = pages.page(t / ps);
+      const std::int64_t off = t % ps;
+      const std::int64_t cnt = std::min(ps - off, n - j);
+      if constexpr (kDirect) {
+        const std::byte* kb = kv.k.data + (page * kv.k.page_stride + kh * kv.k.head_stride + off * kv.k.token_stride) * kElem;
+        const std::byte* vb = kv.v.data + (page * kv.v.page_stride + kh * kv.v.head_stride + off * kv.v.token_stride) * kElem;
+        for (std::int64_t i = 0; i < cnt; ++i) {
+          rows.k[j + i] = kb + i * kv.k.token_stride * kElem;
+          rows.v[j + i] = vb + i * kv.v.token_stride * kElem;
+        }
+      } else {
+        gather_rows_f32<kCacheT>(kv.k, page, kh, off, cnt, D, sc.k_tile.get() + j * D);
+        gather_rows_f32<kCacheT>(kv.v, page, kh, off, cnt, D, sc.v_tile.get() + j * D);
+        for (std::int64_t i = 0; i < cnt; ++i) {
+          rows.k[j + i] = reinterpret_cast<const std::byte*>(sc.k_tile.get() + (j + i) * D);
+          rows.v[j + i] = reinterpret_cast<const std::byte*>(sc.v_tile.get() + (j + i) * D);
+        }
+      }
+      j += cnt;
+    }
+  }
+
+  // The same keys one KV head further on (direct layouts only).
+  void shift_rows(const BlockRows& from, std::int64_t dh, BlockRows& to) const {
+    const std::int64_t dk = dh * p.kv.k.head_stride * kElem, dv = dh * p.kv.v.head_stride * kElem;
+    to.n = from.n;
+    for (std::int64_t j = 0; j < from.n; ++j) {
+      to.k[j] = from.k[j] + dk;
+      to.v[j] = from.v[j] + dv;
+    }
+  }
+
+  // One block of keys for local head hi (KV head kh): logits, online softmax, accumulation.
+  void attend_block(Scratch& sc, std::int64_t hi, std::int64_t kh, const BlockRows& rows,
+                    PrefetchStream* near, PrefetchStream* far, std::int64_t t0,
+                    std::int64_t query_pos) const {
+    float* s = sc.s.get();
+    const float* q = sc.q.get() + hi * G * D;
+    float* acc = sc.acc.get() + hi * G * D;
+    bool first = true;
+    for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
+      block_logits<kRowT, kG>(q + g0 * D, D, rows, first ? near : nullptr, first ? far : nullptr,
+                              s + g0 * kBlock);
+      first = false;
+    });
+    for (std::int64_t g = 0; g < G; ++g) {
+      softmax_update(p, kh * G + g, t0, query_pos, rows.n, D, s + g * kBlock, sc.m[hi * G + g],
+                     sc.l[hi * G + g], acc + g * D);
+    }
+    for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
+      block_accumulate<kRowT, kG>(acc + g0 * D, D, rows, s + g0 * kBlock);
+    });
+  }
+
+  // Attends the item's keys; leaves the unnormalised state in sc.acc / sc.m / sc.l.
+  void attend(const DecodeWorkItem& it, Scratch& sc) const {
+    const std::int64_t s = it.seq, h0 = it.kv_head;
+    const auto& qo = p.qo;
+    const auto q_elem = static_cast<std::int64_t>(dtype_size(qo.q_dtype));
+    for (std::int64_t hi = 0; hi < heads; ++hi) {
+      const std::int64_t kh = h0 + hi;
+      const float q_scale = p.variant.scale * (is_fp8(kCacheT) ? p.kv.k_scale_of(kh) : 1.0f);
+      for (std::int64_t g = 0; g < G; ++g) {
+        const std::byte* qrow = qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
+        float* qf = sc.q.get() + (hi * G + g) * D;
+        for (std::int64_t d = 0; d < D; ++d) qf[d] = load_as_float(qrow, qo.q_dtype, d) * q_scale;
+        sc.m[hi * G + g] = detail::kNegInf;
+        sc.l[hi * G + g] = 0.0f;
+      }
+    }
+    std::fill_n(sc.acc.get(), heads * G * D, 0.0f);
+    if (it.end <= it.begin) return;
+
+    const detail::SeqPages pages = p.pages_of(s);
+    const std::int64_t query_pos = decode_key_range(p, s).query_pos;
+    if constexpr (kDirect) {
+      // Rows of head h0 for this block and the next; other heads are a fixed offset away.
+      // Two prefetch streams run while a (block, head) unit is computed: "far" fetches the
+      // next block's token rows across all the item's heads (contiguous spans, a slice per
+      // unit, in address order so DRAM streams whole pages) and "near" pulls the next unit's
+      // rows into L1.
+      const std::int64_t span = (heads - 1) * p.kv.k.head_stride * kElem + D * kElem;
+      const bool v_span_ok = (heads - 1) * p.kv.v.head_stride == (heads - 1) * p.kv.k.head_stride;
+      BlockRows base[2], unit[2];
+      int cur = 0;
+      fill_rows(pages, h0, it.begin, std::min(kBlock, it.end - it.begin), base[cur], sc);
+      for (std::int64_t t0 = it.begin; t0 < it.end; t0 += kBlock) {
+        const std::int64_t n = base[cur].n;
+        const std::int64_t n_next = std::min(kBlock, it.end - t0 - n);
+        if (n_next > 0) fill_rows(pages, h0, t0 + n, n_next, base[1 - cur], sc);
+        for (std::int64_t hi = 0; hi < heads; ++hi) {
+          const int u = static_cast<int>(hi & 1);
+          if (hi == 0) unit[u] = base[cur];
+          PrefetchStream far;
+          if (n_next > 0) {
+            const std::int64_t lo = n_next * hi / heads, up = n_next * (hi + 1) / heads;
+            far = {&base[1 - cur], lo, up - lo, v_span_ok ? span : D * kElem};
+          }
+          PrefetchStream near;
+          if (hi + 1 < heads) {
+            shift_rows(base[cur], hi + 1, unit[1 - u]);
+            near = {&unit[1 - u], 0, n, D * kElem};
+          }
+          attend_block(sc, hi, h0 + hi, unit[u], hi + 1 < heads ? &near : nullptr,
+                       n_next > 0 ? &far : nullptr, t0, query_pos);
+        }
+        cur = 1 - cur;
+      }
+    } else {
+      BlockRows rows;
+      for (std::int64_t t0 = it.begin; t0 < it.end; t0 += kBlock) {
+        const std::int64_t n = std::min(kBlock, it.end - t0);
+        for (std::int64_t hi = 0; hi < heads; ++hi) {
+          fill_rows(pages, h0 + hi, t0, n, rows, sc);
+          attend_block(sc, hi, h0 + hi, rows, nullptr, nullptr, t0, query_pos);
+        }
+      }
+    }
+  }
+
+  // Final output of a whole item: adds the sink, normalises, applies the fp8 V scale.
+  void write_output(const DecodeWorkItem& it, const Scratch& sc) const {
+    for (std::int64_t hi = 0; hi < heads; ++hi) {
+      const std::int64_t kh = it.kv_head + hi;
+      const float v_scale = is_fp8(kCacheT) ? p.kv.v_scale_of(kh) : 1.0f;
+      for (std::int64_t g = 0; g < G; ++g) {
+        write_head(p, it.seq, kh * G + g, sc.m[hi * G + g], sc.l[hi * G + g],
+                   sc.acc.get() + (hi * G + g) * D, v_scale);
+      }
+    }
+  }
+
+  // Partial state of a split item: acc (unnormalised, unscaled), then the (m, l) pairs.
+  void write_partial(std::int64_t slot, const Scratch& sc, float* part) const {
+    const std::int64_t HG = heads * G;
+    float* dst = part + slot * HG * (D + 2);
+    std::memcpy(dst, sc.acc.get(), static_cast<std::size_t>(HG * D) * sizeof(float));
+    for (std::int64_t i = 0; i < HG; ++i) {
+      dst[HG * D + 2 * i] = sc.m[i];
+      dst[HG * D + 2 * i + 1] = sc.l[i];
+    }
+  }
+
+  // out[s, h] = acc * v_scale / (l + sink term), lse = log of the denominator.
+  static void write_head(const AttentionProblem& p, std::int64_t s, std::int64_t h, float m,
+                         float l, const float* acc, float v_scale) {
+    const auto& qo = p.qo;
+    const float sink = p.variant.sinks ? p.variant.sinks[h] : detail::kNegInf;
+    const float m_all = std::max(m, sink);
+    float denom = 0.0f, alpha = 0.0f;
+    if (m_all != detail::kNegInf) {
+      alpha = m == detail::kNegInf ? 0.0f : std::exp(m - m_all);
+      denom = l * alpha + (sink == detail::kNegInf ? 0.0f : std::exp(sink - m_all));
+    }
+    const float factor = denom > 0.0f ? alpha * v_scale / denom : 0.0f;
+    const std::int64_t t = p.q_begin(s);
+    std::byte* orow = qo.out + (t * qo.out_token_stride + h * qo.out_head_stride) *
+                                   static_cast<std::int64_t>(dtype_size(qo.out_dtype));
+    const std::int64_t D = p.head_dim;
+    if (qo.out_dtype == DType::kF32) {
+      auto* o = reinterpret_cast<float*>(orow);
+      for (std::int64_t d = 0; d < D; ++d) o[d] = acc[d] * factor;
+    } else {
+      for (std::int64_t d = 0; d < D; ++d) store_from_float(orow, qo.out_dtype, d, acc[d] * factor);
+    }
+    if (qo.lse) {
+      qo.lse[t * qo.lse_token_stride + h * qo.lse_head_stride] =
+          denom > 0.0f ? m_all + std::log(denom) : detail::kNegInf;
+    }
+  }
+
+  // Merges a split item's partial states in slot order (deterministic).
+  void merge(const DecodeMerge& mg, const float* part, float* acc) const {
+    const std::int64_t HG = heads * G;
+    for (std::int64_t i = 0; i < HG; ++i) {
+      const std::int64_t kh = mg.kv_head + i / G;
+      float m = detail::kNegInf;
+      for (std::int64_t k = 0; k < mg.count; ++k) {
+        m = std::max(m, part[(mg.first_slot + k) * HG * (D + 2) + HG * D + 2 * i]);
+      }
+      float l = 0.0f;
+      std::fill_n(acc, D, 0.0f);
+      if (m != detail::kNegInf) {
+        for (std::int64_t k = 0; k < mg.count; ++k) {
+          const float* st = part + (mg.first_slot + k) * HG * (D + 2);
+          const float mk = st[HG * D + 2 * i];
+          if (mk == detail::kNegInf) continue;
+          const float w = std::exp(mk - m);
+          l += st[HG * D + 2 * i + 1] * w;
+          for (std::int64_t d = 0; d < D; ++d) acc[d] += w * st[i * D + d];
+        }
+      }
+      const float v_scale = is_fp8(kCacheT) ? p.kv.v_scale_of(kh) : 1.0f;
+      write_head(p, mg.seq, kh * G + i % G, m, l, acc, v_scale);
+    }
+  }
+
+  void run(const DecodePlan& plan, float* part, int num_threads) const {
+    const auto num_items = static_cast<std::int64_t>(plan.items.size());
+    const auto num_merges = static_cast<std::int64_t>(plan.merges.size());
+#pragma omp parallel num_threads(num_threads)
+    {
+      Scratch sc(heads, G, D, !kDirect);
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t i = 0; i < num_items; ++i) {
+        const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
+        attend(it, sc);
+        if (it.slot < 0) write_output(it, sc);
+        else write_partial(it.slot, sc, part);
+      }
+#pragma omp for schedule(static)
+      for (std::int64_t i = 0; i < num_merges; ++i) {
+        merge(plan.merges[static_cast<std::size_t>(i)], part, sc.acc.get());
+      }
+    }
+  }
+};
+
+template <DType kCacheT>
+void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
+  const bool direct = p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim);
+  const std::int64_t G = p.group_size(), D = p.head_dim, H = plan.heads_per_item;
+  if (direct) DecodeKernel<kCacheT, true>{p, G, D, H}.run(plan, part, threads);
+  else DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
+}
+
+}  // namespace
+
+void DecodeImpl(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
+  switch (p.kv.dtype) {
+    case DType::kF32: return run_dtype<DType::kF32>(p, plan, part, threads);
+    case DType::kF16: return run_dtype<DType::kF16>(p, plan, part, threads);
+    case DType::kBF16: return run_dtype<DType::kBF16>(p, plan, part, threads);
+    case DType::kF8E4M3: return run_dtype<DType::kF8E4M3>(p, plan, part, threads);
+    case DType::kF8E5M2: return run_dtype<DType::kF8E5M2>(p, plan, part, threads);
+    default: return;  // validation admits only the float dtypes above
+  }
+}
+
+}  // namespace pagedattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <vector>
 
 namespace pagedattn::cpu {
-void decode(const detail::AttentionProblem& p, const DecodeOptions&, int) { reference_attention(p); }
+HWY_EXPORT(DecodeImpl);
+
+void decode(const detail::AttentionProblem& p, const DecodeOptions& options, int num_threads) {
+  const int threads = resolve_num_threads(num_threads);
+  const DecodePlan plan = plan_decode(p, options, threads);
+  std::vector<float> part(static_cast<std::size_t>(plan.num_slots * plan.slot_floats(p.group_size(), p.head_dim)));
+  HWY_DYNAMIC_DISPATCH(DecodeImpl)(p, plan, part.data(), threads);
+}
 }  // namespace pagedattn::cpu
+#endif  // HWY_ONCE

@@ -1,6 +1,82 @@
-// Paged prefill on the CPU (placeholder until the SIMD kernel lands: runs the reference).
+// Paged prefill on the CPU: plans the work tiles and runs them on OpenMP threads.
+//
+// A tile is (sequence, KV head, up to kTileRows rows of query x head): the query heads of one
+// GQA group share each K/V block the tile loads, so the group's heads times a block of queries
+// form the M dimension of the two products. Tiles are ordered by decreasing estimated cost and
+// handed out dynamically, which balances causal and ragged batches. Each tile owns its output
+// rows, so results do not depend on the schedule.
+#include <algorithm>
+#include <vector>
+
 #include "cpu/cpu_backend.h"
+#include "cpu/prefill_tile.h"
 
 namespace pagedattn::cpu {
-void prefill(const detail::AttentionProblem& p, int) { reference_attention(p); }
+
+namespace {
+
+struct PlannedTile {
+  PrefillTile tile;
+  std::int64_t cost = 0;  // rows x keys it may attend, plus a per-row constant
+};
+
+std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p) {
+  const std::int64_t group = p.group_size();
+  const std::int64_t heads_per_tile = std::min(group, kTileRows);
+  const std::int64_t queries_per_tile = std::max<std::int64_t>(1, kTileRows / heads_per_tile);
+  const auto& var = p.variant;
+  std::vector<PlannedTile> tiles;
+  for (std::int64_t s = 0; s < p.num_seqs; ++s) {
+    const std::int64_t n_q = p.q_end(s) - p.q_begin(s);
+    if (n_q == 0) continue;
+    const std::int64_t kv_len = p.pages_of(s).kv_len;
+    const std::int64_t first_pos = p.query_end(s) - n_q - p.key_offset(s);  // relative to key 0
+    for (std::int64_t i0 = 0; i0 < n_q; i0 += queries_per_tile) {
+      const std::int64_t nq = std::min(queries_per_tile, n_q - i0);
+      std::int64_t keys = kv_len;
+      if (var.causal) keys = std::clamp<std::int64_t>(first_pos + i0 + nq, 0, kv_len);
+      if (var.window_left >= 0) {
+        keys -= std::clamp<std::int64_t>(first_pos + i0 - var.window_left, 0, keys);
+      }
+      for (std::int64_t kh = 0; kh < p.num_kv_heads; ++kh) {
+        for (std::int64_t g0 = 0; g0 < group; g0 += heads_per_tile) {
+          const std::int64_t nh = std::min(heads_per_tile, group - g0);
+          tiles.push_back({{s, kh, g0, nh, i0, nq}, nh * nq * (keys + 16)});
+        }
+      }
+    }
+  }
+  std::stable_sort(tiles.begin(), tiles.end(),
+                   [](const PlannedTile& a, const PlannedTile& b) { return a.cost > b.cost; });
+  return tiles;
+}
+
+bool use_bf16_dot(const detail::AttentionProblem& p) {
+  static const bool supported = bf16_dot_supported();
+  return supported && p.qo.q_dtype == DType::kBF16 && p.kv.dtype == DType::kBF16;
+}
+
+}  // namespace
+
+void prefill(const detail::AttentionProblem& p, int num_threads) {
+  const std::vector<PlannedTile> tiles = plan_tiles(p);
+  const bool bf16_dot = use_bf16_dot(p);
+  const auto count = static_cast<std::int64_t>(tiles.size());
+  const int threads =
+      static_cast<int>(std::min<std::int64_t>(resolve_num_threads(num_threads), count));
+  if (threads <= 1) {
+    TileScratch scratch(p.head_dim);
+    for (const PlannedTile& t : tiles) run_prefill_tile(p, t.tile, bf16_dot, scratch);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    TileScratch scratch(p.head_dim);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < count; ++i) {
+      run_prefill_tile(p, tiles[static_cast<std::size_t>(i)].tile, bf16_dot, scratch);
+    }
+  }
+}
+
 }  // namespace pagedattn::cpu

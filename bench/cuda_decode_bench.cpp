@@ -1,0 +1,233 @@
+// GPU decode benchmark: the BENCHMARKS.md decode shapes through pagedattn::decode on CUDA,
+// beside the device-to-device copy ceiling measured in the same run.
+//
+// Each case is captured once in a CUDA graph and replayed; consecutive events around the
+// replays give per-launch times with no host work in between (the op validates its page table
+// on the host, which would otherwise sit inside the timed region).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "benchmarks.h"
+#include "pagedattn/error.h"
+#include "pagedattn/ops.h"
+
+namespace pagedattn::bench {
+
+namespace {
+void ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw Error(ErrorCode::kCuda, std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+struct Gpu {
+  void* ptr = nullptr;
+  explicit Gpu(std::size_t bytes) { ok(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); }
+  ~Gpu() { cudaFree(ptr); }
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+};
+
+// Fills a device buffer with random 16-bit floats in [-1, 1] (or fp8 bytes) on the host side
+// in slices, so the values are real data (never zeros) whatever the dtype.
+void fill_random(void* dst, std::size_t bytes, DType dtype, std::uint64_t seed) {
+  constexpr std::size_t kSlice = 64 << 20;
+  std::vector<std::byte> host(std::min(bytes, kSlice));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const std::size_t esize = dtype_size(dtype);
+  for (std::size_t i = 0; i < host.size() / esize; ++i) {
+    store_from_float(host.data(), dtype, static_cast<std::int64_t>(i), uni(rng));
+  }
+  for (std::size_t off = 0; off < bytes; off += host.size()) {
+    ok(cudaMemcpy(static_cast<std::byte*>(dst) + off, host.data(), std::min(host.size(), bytes - off),
+                  cudaMemcpyHostToDevice), "fill");
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Per-replay times (µs) of a captured graph.
+std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream, int warmup, int iterations) {
+  for (int i = 0; i < warmup; ++i) ok(cudaGraphLaunch(exec, stream), "warm-up");
+  std::vector<cudaEvent_t> events(static_cast<std::size_t>(iterations) + 1);
+  for (auto& e : events) ok(cudaEventCreate(&e), "event");
+  ok(cudaEventRecord(events[0], stream), "record");
+  for (int i = 0; i < iterations; ++i) {
+    ok(cudaGraphLaunch(exec, stream), "replay");
+    ok(cudaEventRecord(events[static_cast<std::size_t>(i) + 1], stream), "record");
+  }
+  ok(cudaStreamSynchronize(stream), "sync");
+  std::vector<double> us;
+  for (int i = 0; i < iterations; ++i) {
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, events[static_cast<std::size_t>(i)], events[static_cast<std::size_t>(i) + 1]), "elapsed");
+    us.push_back(ms * 1e3);
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  return us;
+}
+}  // namespace
+
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  ok(cudaGetDeviceProperties(&prop, device), "device properties");
+  return prop.name;
+}
+
+double measure_cuda_copy_gbps(int device) {
+  ok(cudaSetDevice(device), "set device");
+  constexpr std::size_t kBytes = std::size_t{2} << 30;  // 2 GiB read + 2 GiB written per copy
+  Gpu src(kBytes), dst(kBytes);
+  ok(cudaMemset(src.ptr, 1, kBytes), "memset");
+  cudaStream_t stream;
+  ok(cudaStreamCreate(&stream), "stream");
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a), "event");
+  ok(cudaEventCreate(&b), "event");
+  std::vector<double> gbps;
+  for (int i = 0; i < 12; ++i) {
+    ok(cudaEventRecord(a, stream), "record");
+    ok(cudaMemcpyAsync(dst.ptr, src.ptr, kBytes, cudaMemcpyDeviceToDevice, stream), "copy");
+    ok(cudaEventRecord(b, stream), "record");
+    ok(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    if (i >= 2) gbps.push_back(2.0 * static_cast<double>(kBytes) / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaStreamDestroy(stream);
+  return median(gbps);
+}
+
+std::vector<CudaDecodeShape> standard_cuda_decode_shapes() {
+  std::vector<CudaDecodeShape> out;
+  std::mt19937_64 rng(2024);
+  std::uniform_int_distribution<std::int64_t> ragged(1, 8192);
+  std::vector<std::int64_t> ragged_lens(128);
+  for (auto& l : ragged_lens) l = ragged(rng);
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes = {
+      {"d-long1", std::vector<std::int64_t>(1, 32768)},    {"d-mid16", std::vector<std::int64_t>(16, 4096)},
+      {"d-b64", std::vector<std::int64_t>(64, 2048)},      {"d-b256", std::vector<std::int64_t>(256, 1024)},
+      {"d-b32-16k", std::vector<std::int64_t>(32, 16384)}, {"d-ragged", ragged_lens}};
+  for (std::int64_t kv_heads : {8, 32}) {
+    for (const auto& [name, lens] : shapes) {
+      CudaDecodeShape s;
+      s.name = name;
+      s.lens = lens;
+      s.num_kv_heads = kv_heads;
+      out.push_back(s);
+    }
+  }
+  for (DType kv : {DType::kF8E4M3, DType::kF8E5M2}) {
+    CudaDecodeShape s;
+    s.name = "d-b64";
+    s.lens = std::vector<std::int64_t>(64, 2048);
+    s.kv_dtype = kv;
+    out.push_back(s);
+  }
+  for (std::int64_t ps : {1, 32, 128}) {
+    CudaDecodeShape s;
+    s.name = "d-b64";
+    s.lens = std::vector<std::int64_t>(64, 2048);
+    s.page_size = ps;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& config,
+                                                  const Progress& progress) {
+  ok(cudaSetDevice(config.device), "set device");
+  const std::string device = cuda_device_name(config.device);
+  if (progress) progress("measuring the copy ceiling");
+  const double ceiling = measure_cuda_copy_gbps(config.device);
+  cudaStream_t stream;
+  ok(cudaStreamCreate(&stream), "stream");
+  std::vector<nlohmann::json> records;
+  for (const CudaDecodeShape& shape : config.shapes) {
+    if (progress) progress("decode " + shape.name + " h" + std::to_string(shape.num_q_heads) + "/" +
+                           std::to_string(shape.num_kv_heads) + " " + std::string(to_string(shape.kv_dtype)) +
+                           " page " + std::to_string(shape.page_size));
+    const std::int64_t S = static_cast<std::int64_t>(shape.lens.size()), P = shape.page_size;
+    const std::int64_t D = shape.head_dim, Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
+    std::int64_t pages = 0, max_pages = 0, tokens = 0;
+    for (auto l : shape.lens) {
+      pages += (l + P - 1) / P;
+      max_pages = std::max(max_pages, (l + P - 1) / P);
+      tokens += l;
+    }
+    const KVCacheSpec spec{shape.layout, shape.kv_dtype, pages, P, Hkv, D};
+    Gpu k(static_cast<std::size_t>(spec.bytes_per_tensor())), v(static_cast<std::size_t>(spec.bytes_per_tensor()));
+    fill_random(k.ptr, static_cast<std::size_t>(spec.bytes_per_tensor()), shape.kv_dtype, 1);
+    fill_random(v.ptr, static_cast<std::size_t>(spec.bytes_per_tensor()), shape.kv_dtype, 2);
+    PagedKV cache = spec.make_views(k.ptr, v.ptr, Device::cuda(config.device));
+    if (is_fp8(shape.kv_dtype)) cache.k_scale = cache.v_scale = 0.05f;
+    // Shuffled page ids.
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
+    BlockTableData bt;
+    bt.num_seqs = S;
+    bt.max_pages = max_pages;
+    bt.block_table.assign(static_cast<std::size_t>(S * max_pages), -1);
+    std::size_t next = 0;
+    for (std::int64_t s = 0; s < S; ++s) {
+      bt.seq_lens.push_back(static_cast<std::int32_t>(shape.lens[static_cast<std::size_t>(s)]));
+      for (std::int64_t j = 0; j * P < shape.lens[static_cast<std::size_t>(s)]; ++j) {
+        bt.block_table[static_cast<std::size_t>(s * max_pages + j)] = ids[next++];
+      }
+    }
+    Gpu table(bt.block_table.size() * 4), lens(bt.seq_lens.size() * 4);
+    ok(cudaMemcpy(table.ptr, bt.block_table.data(), bt.block_table.size() * 4, cudaMemcpyHostToDevice), "table");
+    ok(cudaMemcpy(lens.ptr, bt.seq_lens.data(), bt.seq_lens.size() * 4, cudaMemcpyHostToDevice), "lens");
+    const PageTable host_table = bt.view();
+    const PageTable dev_table = BlockTable{
+        TensorView(table.ptr, DType::kI32, {S, max_pages}, Device::cuda(config.device)),
+        TensorView(lens.ptr, DType::kI32, {S}, Device::cuda(config.device))};
+    const std::size_t q_bytes = static_cast<std::size_t>(S * Hq * D) * 2;
+    Gpu q(q_bytes), out(q_bytes), workspace(std::size_t{256} << 20);
+    fill_random(q.ptr, q_bytes, DType::kBF16, 3);
+    Context ctx{Device::cuda(config.device), stream};
+    ctx.workspace = {static_cast<std::byte*>(workspace.ptr), std::size_t{256} << 20};
+    const TensorView q_view(q.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
+    const TensorView out_view(out.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
+    const DecodeOptions options{DecodeVariant::kAuto, 0, &host_table};
+
+    cudaGraph_t graph;
+    ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, options);
+    ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec;
+    ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    const std::vector<double> us = time_graph(exec, stream, config.warmup, config.iterations);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+
+    const double kv_bytes = 2.0 * static_cast<double>(tokens * Hkv * D) * static_cast<double>(dtype_size(shape.kv_dtype));
+    const double bytes = kv_bytes + 2.0 * static_cast<double>(q_bytes);
+    const double t_med = median(us), t_min = *std::min_element(us.begin(), us.end());
+    const double gbps = bytes / (t_med * 1e-6) / 1e9;
+    std::string lens_desc = shape.name + " (" + std::to_string(S) + " seqs, " + std::to_string(tokens) + " tokens)";
+    records.push_back({{"op", "decode"}, {"backend", "cuda"}, {"device", device}, {"dtype", "bf16"},
+                       {"kv_dtype", std::string(to_string(shape.kv_dtype))}, {"layout", std::string(to_string(shape.layout))},
+                       {"page_size", P}, {"num_q_heads", Hq}, {"num_kv_heads", Hkv}, {"head_dim", D},
+                       {"batch", S}, {"shape", shape.name}, {"seq_lens_desc", lens_desc},
+                       {"time_us_median", t_med}, {"time_us_min", t_min}, {"achieved_gbps", gbps},
+                       {"ceiling_gbps", ceiling}, {"ratio_to_ceiling", gbps / ceiling},
+                       {"iterations", config.iterations}});
+  }
+  cudaStreamDestroy(stream);
+  return records;
+}
+
+}  // namespace pagedattn::bench

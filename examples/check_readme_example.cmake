@@ -1,0 +1,57 @@
+# Fails unless the C++ block of README.md that follows the marker line
+#   <!-- example: examples/readme_example.cpp -->
+# is byte for byte the content of examples/readme_example.cpp.
+# Usage: cmake -DREADME=README.md -DEXAMPLE=examples/readme_example.cpp -P check_readme_example.cmake
+cmake_minimum_required(VERSION 3.24)  # list() keeps empty elements (blank lines)
+foreach(var README EXAMPLE)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "pass -D${var}=<path>")
+  endif()
+endforeach()
+
+file(READ "${README}" readme)
+file(READ "${EXAMPLE}" example)
+
+set(marker "<!-- example: examples/readme_example.cpp -->")
+string(FIND "${readme}" "${marker}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "${README} has no line '${marker}' before the example's code block")
+endif()
+string(SUBSTRING "${readme}" ${at} -1 rest)
+set(fence_open "```cpp\n")
+string(FIND "${rest}" "${fence_open}" open)
+if(open EQUAL -1)
+  message(FATAL_ERROR "no ```cpp block after '${marker}' in ${README}")
+endif()
+string(LENGTH "${fence_open}" open_len)
+math(EXPR start "${open} + ${open_len}")
+string(SUBSTRING "${rest}" ${start} -1 rest)
+string(FIND "${rest}" "\n```" close)
+if(close EQUAL -1)
+  message(FATAL_ERROR "the example's code block in ${README} is not closed")
+endif()
+math(EXPR len "${close} + 1")  # keep the block's last newline, as in the file
+string(SUBSTRING "${rest}" 0 ${len} block)
+
+if(NOT block STREQUAL example)
+  # Name the first line that differs (CMake lists split at ';', so compare escaped copies).
+  string(REPLACE ";" "<semicolon>" block_lines "${block}")
+  string(REPLACE ";" "<semicolon>" example_lines "${example}")
+  string(REPLACE "\n" ";" block_lines "${block_lines}")
+  string(REPLACE "\n" ";" example_lines "${example_lines}")
+  list(LENGTH block_lines n_block)
+  list(LENGTH example_lines n_example)
+  set(line 0)
+  while(line LESS n_block AND line LESS n_example)
+    list(GET block_lines ${line} a)
+    list(GET example_lines ${line} b)
+    if(NOT a STREQUAL b)
+      break()
+    endif()
+    math(EXPR line "${line} + 1")
+  endwhile()
+  math(EXPR shown "${line} + 1")
+  message(FATAL_ERROR "README.md's example differs from ${EXAMPLE} at line ${shown} of the "
+                      "code block (${n_block} vs ${n_example} lines); edit both together")
+endif()
+message(STATUS "README.md's example matches ${EXAMPLE}")

@@ -1,0 +1,132 @@
+// Internal, per SIMD target: reading K/V cache rows of any dtype and layout as f32.
+//
+// Include this after <hwy/foreach_target.h> in a translation unit that compiles once per target
+// (HWY_TARGET_INCLUDE); it follows Highway's per-target header convention (toggle guard), so
+// every target gets its own copy inside pagedattn::cpu::HWY_NAMESPACE.
+//
+// What it offers:
+//   load_f32<kT>(df, row, i)       Lanes(df) elements [i, i + Lanes) of a dim-contiguous row of
+//                                  dtype kT, decoded to f32. fp8 values are returned *unscaled*
+//                                  (the caller folds k_scale / v_scale into q or the output).
+//   convert_f32<kT>(src, n, dst)   n contiguous elements -> f32 (any n).
+//   gather_rows_f32<kT>(t, page, head, tok0, n, head_dim, dst)
+//                                  tokens [tok0, tok0 + n) of one page and head, from any layout
+//                                  that KVTensorAccess describes, into dst [n][head_dim] f32.
+#if defined(PAGEDATTN_CPU_KV_ROWS_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef PAGEDATTN_CPU_KV_ROWS_H_
+#undef PAGEDATTN_CPU_KV_ROWS_H_
+#else
+#define PAGEDATTN_CPU_KV_ROWS_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include <hwy/highway.h>
+
+#include "core/problem.h"
+#include "pagedattn/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace pagedattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Storage type of one cache element of dtype kT.
+template <DType kT>
+using KVStorage = std::conditional_t<
+    kT == DType::kF32, float,
+    std::conditional_t<kT == DType::kF16 || kT == DType::kBF16, std::uint16_t, std::uint8_t>>;
+
+template <DType kT, class DF>
+HWY_INLINE hn::Vec<DF> load_f32(DF df, const std::byte* row, std::size_t i) {
+  if constexpr (kT == DType::kF32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (kT == DType::kBF16) {
+    // bf16 is the upper half of an f32: widen and shift (exact).
+    const hn::Rebind<std::uint16_t, DF> du16;
+    const hn::RebindToUnsigned<DF> du32;
+    const auto h = hn::LoadU(du16, reinterpret_cast<const std::uint16_t*>(row) + i);
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, h)));
+  } else if constexpr (kT == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    return hn::PromoteTo(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(row) + i));
+  } else if constexpr (kT == DType::kF8E5M2) {
+    // e5m2 is the upper byte of an IEEE half.
+    const hn::Rebind<std::uint8_t, DF> du8;
+    const hn::Rebind<std::uint16_t, DF> du16;
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    const auto b = hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(row) + i));
+    return hn::PromoteTo(df, hn::BitCast(df16, hn::ShiftLeft<8>(b)));
+  } else {
+    static_assert(kT == DType::kF8E4M3, "unsupported KV dtype");
+    // e4m3 (bias 7): put exponent+mantissa at the top of an f32's exponent/mantissa fields and
+    // multiply by 2^(127-7); this is exact for normals and subnormals alike. 0x7f is NaN.
+    const hn::Rebind<std::uint8_t, DF> du8;
+    const hn::RebindToUnsigned<DF> du32;
+    const auto b = hn::PromoteTo(du32, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(row) + i));
+    const auto mag = hn::And(b, hn::Set(du32, 0x7fu));
+    const auto sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du32, 0x80u)));
+    const auto v = hn::Mul(hn::BitCast(df, hn::ShiftLeft<20>(mag)), hn::Set(df, 0x1p120f));
+    const auto nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
+    const auto is_nan = hn::RebindMask(df, mag == hn::Set(du32, 0x7fu));
+    return hn::IfThenElse(is_nan, nan, hn::Or(v, hn::BitCast(df, sign)));
+  }
+}
+
+// dst[0, n) = src[0, n) decoded to f32 (unscaled).
+template <DType kT>
+HWY_INLINE void convert_f32(const std::byte* src, std::size_t n, float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> df;
+  const hn::CappedTag<float, 4> d4;
+  const std::size_t N = hn::Lanes(df);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(load_f32<kT>(df, src, i), df, dst + i);
+  for (; i + 4 <= n; i += 4) hn::StoreU(load_f32<kT>(d4, src, i), d4, dst + i);
+  for (; i < n; ++i) dst[i] = load_as_float(src, kT, static_cast<std::int64_t>(i));
+}
+
+// dst [n][head_dim] f32 = tokens [tok0, tok0 + n) of (page, head), decoded and unscaled.
+// Handles every layout: dims in chunks of contiguous elements (NHD, HND, vLLM K) or dims
+// strided with tokens contiguous (vLLM V, transposed through a small buffer).
+template <DType kT>
+HWY_NOINLINE void gather_rows_f32(const detail::KVTensorAccess& t, std::int64_t page,
+                                  std::int64_t head, std::int64_t tok0, std::int64_t n,
+                                  std::int64_t head_dim, float* HWY_RESTRICT dst) {
+  constexpr auto kSize = static_cast<std::int64_t>(sizeof(KVStorage<kT>));
+  const std::byte* base = t.data + (page * t.page_stride + head * t.head_stride) * kSize;
+  if (t.elem_stride == 1) {
+    const std::int64_t chunks = head_dim / t.chunk_len;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::byte* row = base + (tok0 + j) * t.token_stride * kSize;
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        convert_f32<kT>(row + c * t.chunk_stride * kSize, static_cast<std::size_t>(t.chunk_len),
+                        dst + j * head_dim + c * t.chunk_len);
+      }
+    }
+    return;
+  }
+  // Dims strided (vLLM V: tokens contiguous per dim): convert each dim's run of n tokens, then
+  // scatter it into the row-major tile.
+  constexpr std::int64_t kRun = 64;
+  HWY_ALIGN float run[kRun];
+  for (std::int64_t j0 = 0; j0 < n; j0 += kRun) {
+    const std::int64_t m = n - j0 < kRun ? n - j0 : kRun;
+    for (std::int64_t d = 0; d < head_dim; ++d) {
+      const std::int64_t dim_offset = (d / t.chunk_len) * t.chunk_stride + (d % t.chunk_len) * t.elem_stride;
+      const std::byte* src = base + (dim_offset + (tok0 + j0) * t.token_stride) * kSize;
+      if (t.token_stride == 1) {
+        convert_f32<kT>(src, static_cast<std::size_t>(m), run);
+      } else {
+        for (std::int64_t j = 0; j < m; ++j) run[j] = load_as_float(src, kT, j * t.token_stride);
+      }
+      for (std::int64_t j = 0; j < m; ++j) dst[(j0 + j) * head_dim + d] = run[j];
+    }
+  }
+}
+
+}  // namespace pagedattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,208 @@
+// AVX512-BF16 micro-kernels of the CPU prefill (declared in prefill_tile.h).
+//
+// VDPBF16PS multiplies pairs of bf16 and adds both products into one f32 lane:
+//   acc[i] += a[2i] * b[2i] + a[2i+1] * b[2i+1].
+// With a = 16 rows' pairs (rows in lanes) and b = one broadcast pair of a K row (or of two
+// V rows), each instruction does 32 multiply-adds, twice the f32 FMA rate; products of bf16 are
+// exact in f32. These functions carry their own target attribute and run only after
+// bf16_dot_supported() said yes, so the rest of the library keeps its baseline ISA.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu/prefill_tile.h"
+
+#define PAGEDATTN_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace pagedattn::cpu {
+
+namespace {
+
+constexpr int kLanes = 16;
+
+PAGEDATTN_BF16_TARGET inline __m512i broadcast_pair(const void* p) {
+  std::int32_t x;
+  std::memcpy(&x, p, sizeof(x));
+  return _mm512_set1_epi32(x);
+}
+
+PAGEDATTN_BF16_TARGET inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+}
+
+// s_t rows [r0, r0 + 16 kVecs) of keys [0, kKeys) of `keys`.
+template <int kVecs, int kKeys>
+PAGEDATTN_BF16_TARGET void scores_block(const std::uint32_t* q_pairs, std::int64_t rows_stride,
+                                        std::int64_t half_dim, const std::uint16_t* const* keys,
+                                        std::int64_t r0, float* s_t) {
+  __m512 acc[kKeys][kVecs];
+  for (int n = 0; n < kKeys; ++n) {
+    for (int v = 0; v < kVecs; ++v) acc[n][v] = _mm512_setzero_ps();
+  }
+  const std::uint32_t* q = q_pairs + r0;
+  for (std::int64_t i = 0; i < half_dim; ++i, q += rows_stride) {
+    __m512i qv[kVecs];
+    for (int v = 0; v < kVecs; ++v) qv[v] = _mm512_load_si512(q + v * kLanes);
+    for (int n = 0; n < kKeys; ++n) {
+      const __m512i kb = broadcast_pair(keys[n] + 2 * i);
+      for (int v = 0; v < kVecs; ++v) acc[n][v] = dot_pairs(acc[n][v], qv[v], kb);
+    }
+  }
+  for (int n = 0; n < kKeys; ++n) {
+    for (int v = 0; v < kVecs; ++v) {
+      _mm512_store_ps(s_t + n * rows_stride + r0 + v * kLanes, acc[n][v]);
+    }
+  }
+}
+
+template <int kVecs, int kKeys>
+PAGEDATTN_BF16_TARGET void scores_rows(const std::uint32_t* q_pairs, std::int64_t rows_stride,
+                                       std::int64_t half_dim, const std::uint16_t* const* keys,
+                                       std::int64_t num_keys, std::int64_t r0, float* s_t) {
+  for (std::int64_t n = 0; n < num_keys; n += kKeys) {
+    scores_block<kVecs, kKeys>(q_pairs, rows_stride, half_dim, keys + n, r0,
+                               s_t + n * rows_stride);
+  }
+}
+
+// o_t rows [r0, r0 + 16 kVecs) of dims [d0, d0 + kDims).
+template <int kVecs, int kDims>
+PAGEDATTN_BF16_TARGET void accumulate_block(const std::uint32_t* p_pairs,
+                                            const std::uint32_t* v_pairs, std::int64_t num_pairs,
+                                            std::int64_t rows_stride, std::int64_t head_dim,
+                                            const float* alpha, std::int64_t d0, std::int64_t r0,
+                                            float* o_t) {
+  __m512 acc[kDims][kVecs];
+  for (int v = 0; v < kVecs; ++v) {
+    const __m512 a = _mm512_load_ps(alpha + r0 + v * kLanes);
+    for (int i = 0; i < kDims; ++i) {
+      acc[i][v] = _mm512_mul_ps(_mm512_load_ps(o_t + (d0 + i) * rows_stride + r0 + v * kLanes), a);
+    }
+  }
+  const std::uint32_t* p = p_pairs + r0;
+  const std::uint32_t* vp = v_pairs + d0;
+  for (std::int64_t n = 0; n < num_pairs; ++n, p += rows_stride, vp += head_dim) {
+    __m512i pv[kVecs];
+    for (int v = 0; v < kVecs; ++v) pv[v] = _mm512_load_si512(p + v * kLanes);
+    for (int i = 0; i < kDims; ++i) {
+      const __m512i vb = broadcast_pair(vp + i);
+      for (int v = 0; v < kVecs; ++v) acc[i][v] = dot_pairs(acc[i][v], pv[v], vb);
+    }
+  }
+  for (int i = 0; i < kDims; ++i) {
+    for (int v = 0; v < kVecs; ++v) {
+      _mm512_store_ps(o_t + (d0 + i) * rows_stride + r0 + v * kLanes, acc[i][v]);
+    }
+  }
+}
+
+template <int kVecs, int kDims>
+PAGEDATTN_BF16_TARGET void accumulate_rows(const std::uint32_t* p_pairs,
+                                           const std::uint32_t* v_pairs, std::int64_t num_pairs,
+                                           std::int64_t rows_stride, std::int64_t head_dim,
+                                           const float* alpha, std::int64_t r0, float* o_t) {
+  for (std::int64_t d0 = 0; d0 < head_dim; d0 += kDims) {
+    accumulate_block<kVecs, kDims>(p_pairs, v_pairs, num_pairs, rows_stride, head_dim, alpha, d0,
+                                   r0, o_t);
+  }
+}
+
+// 16 bf16 as the low halves of 16 u32 lanes; `valid` masks the loaded elements.
+PAGEDATTN_BF16_TARGET inline __m512i widen(const std::uint16_t* p, __mmask16 valid) {
+  return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), _mm256_maskz_loadu_epi16(valid, p));
+}
+
+PAGEDATTN_BF16_TARGET inline __m512i round_to_bf16(const float* p) {
+  return _mm512_maskz_cvtepu16_epi32(
+      __mmask16(0xffff), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_load_ps(p))));
+}
+
+// Moves the low 16 bits of each lane to the high half (the odd element of a pair).
+PAGEDATTN_BF16_TARGET inline __m512i shift_high(__m512i x) {
+  return _mm512_maskz_slli_epi32(__mmask16(0xffff), x, 16);
+}
+
+}  // namespace
+
+bool bf16_dot_supported() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+// Row blocks of 64 rows use 4 keys x 4 vectors (16 accumulators); narrower ones 8 keys.
+PAGEDATTN_BF16_TARGET void bf16_scores(const std::uint32_t* q_pairs, std::int64_t rows,
+                                       std::int64_t rows_stride, std::int64_t head_dim,
+                                       const std::uint16_t* const* keys, std::int64_t num_keys,
+                                       float* s_t) {
+  const std::int64_t half_dim = head_dim / 2;
+  std::int64_t r0 = 0;
+  for (; r0 + 4 * kLanes <= rows; r0 += 4 * kLanes) {
+    scores_rows<4, 4>(q_pairs, rows_stride, half_dim, keys, num_keys, r0, s_t);
+  }
+  switch ((rows - r0) / kLanes) {
+    case 3: scores_rows<3, 4>(q_pairs, rows_stride, half_dim, keys, num_keys, r0, s_t); break;
+    case 2: scores_rows<2, 8>(q_pairs, rows_stride, half_dim, keys, num_keys, r0, s_t); break;
+    case 1: scores_rows<1, 8>(q_pairs, rows_stride, half_dim, keys, num_keys, r0, s_t); break;
+    default: break;
+  }
+}
+
+PAGEDATTN_BF16_TARGET void bf16_accumulate(const std::uint32_t* p_pairs,
+                                           const std::uint32_t* v_pairs, std::int64_t num_pairs,
+                                           std::int64_t rows, std::int64_t rows_stride,
+                                           std::int64_t head_dim, const float* alpha, float* o_t) {
+  std::int64_t r0 = 0;
+  for (; r0 + 4 * kLanes <= rows; r0 += 4 * kLanes) {
+    accumulate_rows<4, 4>(p_pairs, v_pairs, num_pairs, rows_stride, head_dim, alpha, r0, o_t);
+  }
+  switch ((rows - r0) / kLanes) {
+    case 3:
+      accumulate_rows<3, 4>(p_pairs, v_pairs, num_pairs, rows_stride, head_dim, alpha, r0, o_t);
+      break;
+    case 2:
+      accumulate_rows<2, 8>(p_pairs, v_pairs, num_pairs, rows_stride, head_dim, alpha, r0, o_t);
+      break;
+    case 1:
+      accumulate_rows<1, 8>(p_pairs, v_pairs, num_pairs, rows_stride, head_dim, alpha, r0, o_t);
+      break;
+    default: break;
+  }
+}
+
+PAGEDATTN_BF16_TARGET void bf16_pack_value_pairs(const std::uint16_t* const* values,
+                                                 std::int64_t num_keys, std::int64_t head_dim,
+                                                 std::uint32_t* v_pairs) {
+  for (std::int64_t n = 0; 2 * n < num_keys; ++n) {
+    const std::uint16_t* even = values[2 * n];
+    const std::uint16_t* odd = 2 * n + 1 < num_keys ? values[2 * n + 1] : nullptr;
+    std::uint32_t* dst = v_pairs + n * head_dim;
+    for (std::int64_t d = 0; d < head_dim; d += kLanes) {
+      const std::int64_t left = head_dim - d;
+      const __mmask16 valid = left >= kLanes ? __mmask16(0xffff)
+                                             : static_cast<__mmask16>((1u << left) - 1u);
+      __m512i pair = widen(even + d, valid);
+      if (odd != nullptr) pair = _mm512_or_si512(pair, shift_high(widen(odd + d, valid)));
+      _mm512_mask_storeu_epi32(dst + d, valid, pair);
+    }
+  }
+}
+
+PAGEDATTN_BF16_TARGET void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys,
+                                                  std::int64_t rows, std::int64_t rows_stride,
+                                                  std::uint32_t* p_pairs) {
+  for (std::int64_t n = 0; 2 * n < num_keys; ++n) {
+    const float* even = s_t + 2 * n * rows_stride;
+    const bool has_odd = 2 * n + 1 < num_keys;
+    std::uint32_t* dst = p_pairs + n * rows_stride;
+    for (std::int64_t r = 0; r < rows; r += kLanes) {
+      __m512i pair = round_to_bf16(even + r);
+      if (has_odd) {
+        pair = _mm512_or_si512(pair, shift_high(round_to_bf16(even + rows_stride + r)));
+      }
+      _mm512_store_si512(dst + r, pair);
+    }
+  }
+}
+
+}  // namespace pagedattn::cpu

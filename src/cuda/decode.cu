@@ -1,0 +1,156 @@
+// Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
+#include <algorithm>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/decode.h"
+#include "cuda/decode_kernel.cuh"
+
+namespace pagedattn::cuda {
+
+namespace {
+constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
+constexpr int kCtasPerSm = 4;                       // resident decode CTAs the plan aims to fill
+
+int num_sms(int device) {
+  int n = 0;
+  check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "SM count");
+  return n;
+}
+
+int query_head_tile(std::int64_t group) { return group <= 1 ? 1 : group <= 4 ? 4 : 8; }
+
+int lanes_for(std::int64_t head_dim) { return head_dim <= 64 ? 8 : head_dim <= 128 ? 16 : 32; }
+
+// True when elements [d, d + 8) of every row are contiguous and the vector is aligned.
+bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype) {
+  const auto esize = static_cast<std::int64_t>(dtype_size(dtype));
+  const bool contiguous = t.elem_stride == 1 && t.chunk_len % 8 == 0;
+  const std::int64_t align_elems = std::min<std::int64_t>(8, 16 / esize);
+  const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % (align_elems * esize) == 0 &&
+                       t.page_stride % 8 == 0 && t.head_stride % 8 == 0 &&
+                       t.token_stride % 8 == 0 && (t.chunk_stride % 8 == 0 || t.chunk_len == 0);
+  return contiguous && aligned;
+}
+
+__device__ __forceinline__ float neg_inf() { return detail::kNegInf; }
+}  // namespace
+
+__global__ void merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm) {
+  const detail::AttentionProblem& p = prm.p;
+  const std::int64_t s = blockIdx.x, h = blockIdx.y;
+  const std::int64_t n = num_splits_of(prm, p.pages_of(s).kv_len);
+  if (n <= 1) return;  // written directly by the decode kernel
+  const std::int64_t base = s * prm.max_splits * p.num_q_heads + h;
+  float M = p.variant.sinks ? p.variant.sinks[h] * kLog2e : neg_inf();
+  for (std::int64_t i = 0; i < n; ++i) M = fmaxf(M, prm.part_lse[base + i * p.num_q_heads]);
+  float L = 0.0f;
+  if (M != neg_inf()) {
+    L = p.variant.sinks ? exp2f(p.variant.sinks[h] * kLog2e - M) : 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) L += exp2f(prm.part_lse[base + i * p.num_q_heads] - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+  for (std::int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    if (L > 0.0f) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t part = base + i * p.num_q_heads;
+        const float w = exp2f(prm.part_lse[part] - M);
+        if (w > 0.0f) o = fmaf(w, prm.part_o[part * p.head_dim + d], o);
+      }
+    }
+    store_one(o_row, p.qo.out_dtype, d, o * inv);
+  }
+  if (threadIdx.x == 0 && p.qo.lse) {
+    p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
+        L > 0.0f ? (M + log2f(L)) * kLn2 : neg_inf();
+  }
+}
+
+DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
+                       const DecodeOptions& options, int device) {
+  const std::int64_t P = p.kv.page_size;
+  std::int64_t max_len = 0, total = 0;
+  for (std::int64_t s = 0; s < p.num_seqs; ++s) {
+    max_len = std::max(max_len, lengths[s]);
+    total += lengths[s];
+  }
+  auto round_up = [P](std::int64_t x) { return std::max<std::int64_t>(P, (x + P - 1) / P * P); };
+  DecodePlan plan;
+  if (options.variant == DecodeVariant::kOnePass) {
+    plan.partition_tokens = round_up(max_len);
+  } else if (options.partition_size > 0) {
+    plan.partition_tokens = options.partition_size;
+  } else {
+    // Enough CTAs to fill every SM kCtasPerSm times, each about the same number of keys.
+    const std::int64_t per_seq_ctas = p.num_kv_heads * ((p.group_size() + query_head_tile(p.group_size()) - 1) /
+                                                        query_head_tile(p.group_size()));
+    const std::int64_t target = static_cast<std::int64_t>(num_sms(device)) * kCtasPerSm;
+    const std::int64_t balanced = (total * per_seq_ctas + target - 1) / std::max<std::int64_t>(target, 1);
+    plan.partition_tokens = round_up(std::max(balanced, kMinPartitionTokens));
+    if (options.variant == DecodeVariant::kAuto && plan.partition_tokens >= max_len) {
+      plan.partition_tokens = round_up(max_len);
+    }
+  }
+  plan.max_splits = max_len <= plan.partition_tokens
+                        ? 1
+                        : (max_len + plan.partition_tokens - 1) / plan.partition_tokens;
+  if (plan.max_splits > 1) {
+    const std::int64_t parts = p.num_seqs * plan.max_splits * p.num_q_heads;
+    plan.workspace_bytes = static_cast<std::size_t>(parts * (p.head_dim + 1)) * sizeof(float);
+  }
+  return plan;
+}
+
+void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* workspace,
+            std::size_t workspace_bytes, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.num_seqs == 0) return;
+  check_supported(p.num_seqs <= 65535, "decode on CUDA supports at most 65535 sequences per call, got " +
+                                           std::to_string(p.num_seqs));
+  DecodeKernelParams prm;
+  prm.p = p;
+  prm.partition_tokens = plan.partition_tokens;
+  prm.max_splits = plan.max_splits;
+  const int g_tile = query_head_tile(p.group_size());
+  prm.head_tiles = static_cast<int>((p.group_size() + g_tile - 1) / g_tile);
+  prm.k_vec = rows_vectorisable(p.kv.k, p.kv.dtype);
+  prm.v_vec = rows_vectorisable(p.kv.v, p.kv.dtype);
+
+  void* owned = nullptr;
+  if (plan.workspace_bytes > 0) {
+    if (workspace == nullptr) {
+      check_cuda(cudaMallocAsync(&owned, plan.workspace_bytes, stream), "decode workspace");
+      workspace = owned;
+    } else {
+      check_arg(workspace_bytes >= plan.workspace_bytes,
+                "ctx.workspace has " + std::to_string(workspace_bytes) + " bytes, decode needs " +
+                    std::to_string(plan.workspace_bytes));
+    }
+    prm.part_o = static_cast<float*>(workspace);
+    prm.part_lse = prm.part_o + p.num_seqs * plan.max_splits * p.num_q_heads * p.head_dim;
+  }
+  const dim3 grid(static_cast<unsigned>(plan.max_splits),
+                  static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
+                  static_cast<unsigned>(p.num_seqs));
+  const int lanes = lanes_for(p.head_dim);
+  switch (p.kv.dtype) {
+    case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF16: launch_paged_decode<__half>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF32: launch_paged_decode<float>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, lanes, g_tile, grid, stream); break;
+    default: check_supported(false, "decode: unsupported KV dtype on CUDA");
+  }
+  check_launch("paged_decode_kernel", stream);
+  if (plan.max_splits > 1) {
+    merge_splits_kernel<<<dim3(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_q_heads)),
+                          kDecodeThreads, 0, stream>>>(prm);
+    check_launch("merge_splits_kernel", stream);
+  }
+  if (owned) check_cuda(cudaFreeAsync(owned, stream), "decode workspace free");
+}
+
+}  // namespace pagedattn::cuda

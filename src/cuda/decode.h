@@ -1,0 +1,27 @@
+// Internal: paged decode on CUDA. The host plans from host-side lengths; the launch reads only
+// device memory (no synchronisation, no allocation when a workspace is given).
+#pragma once
+
+#include <cstddef>
+
+#include "core/problem.h"
+#include "pagedattn/ops.h"
+
+namespace pagedattn::cuda {
+
+struct DecodePlan {
+  std::int64_t partition_tokens = 0;  // KV tokens per split (a multiple of page_size)
+  std::int64_t max_splits = 1;        // splits of the longest sequence
+  std::size_t workspace_bytes = 0;    // f32 partial outputs and LSEs when max_splits > 1
+};
+
+// `lengths` are the sequences' KV lengths, read from the host copy of the page table.
+DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
+                       const DecodeOptions& options, int device);
+
+// p holds device pointers. workspace: >= plan.workspace_bytes on the device, or null to let
+// the op allocate it on the stream (stream-ordered, also legal inside graph capture).
+void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* workspace,
+            std::size_t workspace_bytes, void* stream);
+
+}  // namespace pagedattn::cuda

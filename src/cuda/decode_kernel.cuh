@@ -1,0 +1,418 @@
+// Internal (CUDA): the paged decode kernel and the merge of its split-K partial states.
+//
+// One CTA handles (sequence, KV head, tile of up to kG query heads of that head's group,
+// split of the sequence's keys). Each K/V row is loaded once (8 elements per lane, 16-byte
+// loads for 16-bit caches) and used by every query head of the tile: GQA reads each page once
+// per group. Lanes of a row reduce their partial dot products with shuffles; every row group
+// keeps its own online-softmax state (base-2 exponentials), and the CTA merges them at the end.
+// The page ids of the CTA's keys are staged in shared memory, so no load waits on a page-table
+// load. Sequences are split by a host-side plan; splits write f32 partial states that
+// merge_splits_kernel combines.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/problem.h"
+#include "cuda/kv_vec.cuh"
+
+namespace pagedattn::cuda {
+
+struct DecodeKernelParams {
+  detail::AttentionProblem p;  // device pointers
+  std::int64_t partition_tokens = 0;
+  std::int64_t max_splits = 1;
+  int head_tiles = 1;           // ceil(group_size / kG)
+  bool k_vec = false, v_vec = false;  // 8-element vectors of K / V rows are contiguous, aligned
+  float* part_o = nullptr;      // [num_seqs, max_splits, num_q_heads, head_dim]
+  float* part_lse = nullptr;    // [num_seqs, max_splits, num_q_heads], base-2
+};
+
+constexpr int kDecodeThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+__device__ __forceinline__ std::int64_t num_splits_of(const DecodeKernelParams& prm,
+                                                      std::int64_t len) {
+  return len <= prm.partition_tokens ? 1 : ceil_div(len, prm.partition_tokens);
+}
+
+// ---- cp.async (sm_80+): global -> shared copies that do not occupy registers ----------------
+
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(gmem));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Converts 8 elements of KV type held in shared memory (or any generic address) to floats.
+template <class KV>
+__device__ __forceinline__ void convert8(const void* raw, float (&f)[8]) {
+  if constexpr (std::is_same_v<KV, float>) {
+    const float4 a = static_cast<const float4*>(raw)[0], b = static_cast<const float4*>(raw)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
+    const uint4 r = *static_cast<const uint4*>(raw);
+    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 v;
+      if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+        v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+      } else {
+        v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      }
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  } else {
+    constexpr auto kind = std::is_same_v<KV, Fp8E4M3> ? __NV_E4M3 : __NV_E5M2;
+    const uint2 r = *static_cast<const uint2*>(raw);
+    const std::uint32_t w[2] = {r.x, r.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      fp8x2_to_float2(static_cast<std::uint16_t>(w[i] & 0xffffu), kind, f[4 * i], f[4 * i + 1]);
+      fp8x2_to_float2(static_cast<std::uint16_t>(w[i] >> 16), kind, f[4 * i + 2], f[4 * i + 3]);
+    }
+  }
+}
+
+// Shared memory of one CTA: the staged page ids, then a region used first by the cp.async
+// pipeline ([stage][warp][unroll][k|v][lane][8 elements]) and afterwards by the merge of the
+// row groups' states ([row][g][head_dim] accumulators, then [row][g] maxima and sums).
+template <class KV, int kLanes, int kG>
+struct DecodeSmem {
+  static constexpr int kWarps = kDecodeThreads / 32;
+  static constexpr int kRowsPerWarp = 32 / kLanes;
+  static constexpr int kRows = kWarps * kRowsPerWarp;
+  static constexpr int kDMax = kLanes * 8;
+  static constexpr int kUnroll = kG >= 8 ? 2 : 4;
+  static constexpr int kStages = 3;
+  static constexpr int kPageChunk = 1024;
+  static constexpr int kLaneBytes = 8 * static_cast<int>(sizeof(KV));
+  static constexpr int kStageWarpBytes = kUnroll * 2 * 32 * kLaneBytes;
+  static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes;
+  static constexpr int kMergeBytes = kRows * kG * (kDMax + 2) * 4;
+  static constexpr int kBytes = kPageChunk * 4 + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+};
+
+// kPipelined: K and V rows are 8-element contiguous vectors (NHD, HND, vLLM K for 16/8-bit),
+// streamed through a kStages-deep cp.async pipeline; otherwise rows are gathered element by
+// element from global memory (vLLM's token-contiguous V), a slower but complete path.
+template <class KV, int kLanes, int kG, bool kPipelined>
+__global__ void __launch_bounds__(kDecodeThreads)
+    paged_decode_kernel(const __grid_constant__ DecodeKernelParams prm) {
+  using Smem = DecodeSmem<KV, kLanes, kG>;
+  constexpr int kRowsPerWarp = Smem::kRowsPerWarp, kRows = Smem::kRows, kUnroll = Smem::kUnroll;
+  constexpr int kStages = Smem::kStages, kPageChunk = Smem::kPageChunk, kWarps = Smem::kWarps;
+  constexpr int kTile = kRowsPerWarp * kUnroll;  // tokens a warp handles per pipeline step
+  constexpr float kNegInf = detail::kNegInf;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* s_pages = reinterpret_cast<std::int32_t*>(smem);
+  unsigned char* s_region = smem + kPageChunk * 4;
+
+  const detail::AttentionProblem& p = prm.p;
+  const std::int64_t s = blockIdx.z;
+  const std::int64_t split = blockIdx.x;
+  const int kv_head = static_cast<int>(blockIdx.y) / prm.head_tiles;
+  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
+  const int g0 = (static_cast<int>(blockIdx.y) % prm.head_tiles) * kG;
+  const int n_g = min(kG, group - g0);
+  const detail::SeqPages pages = p.pages_of(s);
+  const std::int64_t len = pages.kv_len;
+  const std::int64_t n_splits = num_splits_of(prm, len);
+  if (split >= n_splits) return;
+
+  const std::int64_t P = p.kv.page_size;
+  const std::int64_t q_pos = p.query_end(s) - 1 - p.key_offset(s);  // relative to key 0 here
+  std::int64_t t_begin = split * prm.partition_tokens;
+  const std::int64_t t_end = min(len, t_begin + prm.partition_tokens);
+  // Keys left of the sliding window are masked for the (last-position) query: never read them.
+  if (p.variant.window_left >= 0) t_begin = max(t_begin, q_pos - p.variant.window_left);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row_in_warp = lane / kLanes;
+  const int row = warp * kRowsPerWarp + row_in_warp;
+  const int d0 = (lane % kLanes) * 8;
+  const int D = static_cast<int>(p.head_dim);
+  const bool active = d0 < D;
+  const DType kv_dtype = p.kv.dtype;
+  const bool fp8 = is_fp8(kv_dtype);
+  const float k_scale = fp8 ? p.kv.k_scale_of(kv_head) : 1.0f;
+  const float v_scale = fp8 ? p.kv.v_scale_of(kv_head) : 1.0f;
+  const float soft_cap = p.variant.soft_cap;
+  const bool plain = soft_cap == 0.0f && p.variant.alibi_slopes == nullptr;
+  const float q_mul = p.variant.scale * k_scale * (plain ? kLog2e : 1.0f);
+  // Element offset of this lane's 8 dims within a (page, token) for K and V.
+  const detail::KVTensorAccess& ka = p.kv.k;
+  const detail::KVTensorAccess& va = p.kv.v;
+  const std::int64_t k_lane = active ? ka.offset(0, kv_head, 0, d0) : 0;
+  const std::int64_t v_lane = active ? va.offset(0, kv_head, 0, d0) : 0;
+  const KV* k_base = reinterpret_cast<const KV*>(ka.data);
+  const KV* v_base = reinterpret_cast<const KV*>(va.data);
+
+  float q[kG][8], slope[kG];
+  const auto q_size = static_cast<std::int64_t>(dtype_size(p.qo.q_dtype));
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
+    slope[g] = (g < n_g && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
+    const std::byte* q_row = p.qo.q + (s * p.qo.q_token_stride + h * p.qo.q_head_stride) * q_size;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      q[g][i] = (g < n_g && active) ? load_one(q_row, p.qo.q_dtype, d0 + i) * q_mul : 0.0f;
+    }
+  }
+
+  float m[kG], l[kG], acc[kG][8];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    m[g] = kNegInf;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+
+  // One step of the online softmax over the kUnroll tokens of a tile; `fetch(u, is_v, f)`
+  // produces this lane's 8 elements of token u's K (is_v false) or V row.
+  auto consume = [&](std::int64_t tile_t0, std::int64_t c_end, auto&& fetch) {
+    float x[kUnroll][kG];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t t = tile_t0 + u * kRowsPerWarp + row_in_warp;
+      float kf[8];
+      fetch(u, false, t < c_end, kf);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot = fmaf(q[g][i], kf[i], dot);
+#pragma unroll
+        for (int off = kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (!plain) {
+          if (soft_cap > 0.0f) dot = soft_cap * tanhf(dot / soft_cap);
+          dot = (dot + slope[g] * static_cast<float>(t - q_pos)) * kLog2e;
+        }
+        x[u][g] = t < c_end ? dot : kNegInf;
+      }
+    }
+    float mb[kG], corr[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      mb[g] = m[g];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) mb[g] = fmaxf(mb[g], x[u][g]);
+      corr[g] = mb[g] == kNegInf ? 1.0f : exp2f(m[g] - mb[g]);
+      l[g] *= corr[g];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] *= corr[g];
+      m[g] = mb[g];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t t = tile_t0 + u * kRowsPerWarp + row_in_warp;
+      if (t >= c_end) continue;  // uniform across the lanes of a row
+      float vf[8];
+      fetch(u, true, true, vf);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float pu = exp2f(x[u][g] - m[g]);
+        l[g] += pu;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pu, vf[i], acc[g][i]);
+      }
+    }
+  };
+
+  for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
+    const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
+    __syncthreads();
+    for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += kDecodeThreads) {
+      s_pages[i] = static_cast<std::int32_t>(pages.page(cp0 + i));
+    }
+    __syncthreads();
+    const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
+    // Element offset of token t's row (this lane's dims) for K and V.
+    auto row_offsets = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
+      const auto local = static_cast<std::uint32_t>(t - cp0 * P);  // < kPageChunk pages
+      const std::uint32_t page_idx = local / static_cast<std::uint32_t>(P);
+      const std::int64_t page = s_pages[page_idx];
+      const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
+      k_off = page * ka.page_stride + slot * ka.token_stride + k_lane;
+      v_off = page * va.page_stride + slot * va.token_stride + v_lane;
+    };
+    const std::int64_t n_tiles = ceil_div(c_end - c_begin, kTile);
+    const std::int64_t n_mine = n_tiles > warp ? ceil_div(n_tiles - warp, kWarps) : 0;
+    auto tile_start = [&](std::int64_t j) { return c_begin + (warp + j * kWarps) * kTile; };
+
+    if constexpr (kPipelined) {
+      unsigned char* warp_pipe = s_region + warp * Smem::kStageWarpBytes;
+      auto slot_ptr = [&](std::int64_t j, int u, int is_v) {
+        return warp_pipe + (j % kStages) * (kWarps * Smem::kStageWarpBytes) +
+               ((u * 2 + is_v) * 32 + lane) * Smem::kLaneBytes;
+      };
+      auto issue = [&](std::int64_t j) {
+        if (j < n_mine && active) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const std::int64_t t = tile_start(j) + u * kRowsPerWarp + row_in_warp;
+            if (t >= c_end) continue;
+            std::int64_t k_off, v_off;
+            row_offsets(t, k_off, v_off);
+            constexpr int kCopy = Smem::kLaneBytes >= 16 ? 16 : 8;
+#pragma unroll
+            for (int c = 0; c < Smem::kLaneBytes / kCopy; ++c) {
+              cp_async(slot_ptr(j, u, 0) + c * kCopy, reinterpret_cast<const unsigned char*>(k_base + k_off) + c * kCopy, kCopy);
+              cp_async(slot_ptr(j, u, 1) + c * kCopy, reinterpret_cast<const unsigned char*>(v_base + v_off) + c * kCopy, kCopy);
+            }
+          }
+        }
+        cp_async_commit();  // an empty group keeps the wait count uniform
+      };
+#pragma unroll
+      for (int j = 0; j < kStages - 1; ++j) issue(j);
+      for (std::int64_t j = 0; j < n_mine; ++j) {
+        issue(j + kStages - 1);
+        cp_async_wait<kStages - 1>();  // this thread's copies of tile j have landed
+        consume(tile_start(j), c_end, [&](int u, bool is_v, bool valid, float (&f)[8]) {
+          if (valid && active) {
+            convert8<KV>(slot_ptr(j, u, is_v ? 1 : 0), f);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) f[i] = 0.0f;
+          }
+        });
+      }
+      cp_async_wait<0>();
+    } else {
+      for (std::int64_t j = 0; j < n_mine; ++j) {
+        const std::int64_t t0 = tile_start(j);
+        consume(t0, c_end, [&](int u, bool is_v, bool valid, float (&f)[8]) {
+          const std::int64_t t = t0 + u * kRowsPerWarp + row_in_warp;
+          if (!(valid && active)) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) f[i] = 0.0f;
+            return;
+          }
+          std::int64_t k_off, v_off;
+          row_offsets(t, k_off, v_off);
+          const detail::KVTensorAccess& a = is_v ? va : ka;
+          const std::int64_t base = is_v ? v_off : k_off;
+          // Dims d0..d0+7 of one row, wherever the layout puts them.
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const std::int64_t rel = a.offset(0, 0, 0, d0 + i) - a.offset(0, 0, 0, d0);
+            f[i] = load_one(is_v ? static_cast<const void*>(v_base) : k_base, kv_dtype, base + rel);
+          }
+        });
+      }
+    }
+  }
+
+  // Merge the row groups' states.
+  __syncthreads();
+  auto* s_acc = reinterpret_cast<float*>(s_region);          // [kRows][kG][D]
+  float* s_m = s_acc + kRows * kG * Smem::kDMax;              // [kRows][kG]
+  float* s_l = s_m + kRows * kG;
+  if (lane % kLanes == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) s_m[row * kG + g] = m[g], s_l[row * kG + g] = l[g];
+  }
+  if (active) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s_acc[(row * kG + g) * Smem::kDMax + d0 + i] = acc[g][i];
+  }
+  __syncthreads();
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  for (int idx = threadIdx.x; idx < n_g * D; idx += kDecodeThreads) {
+    const int g = idx / D, d = idx % D;
+    const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
+    float M = kNegInf;
+    for (int r = 0; r < kRows; ++r) M = fmaxf(M, s_m[r * kG + g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != kNegInf) {
+      for (int r = 0; r < kRows; ++r) {
+        const float w = exp2f(s_m[r * kG + g] - M);
+        L += w * s_l[r * kG + g];
+        O += w * s_acc[(r * kG + g) * Smem::kDMax + d];
+      }
+    }
+    if (n_splits > 1) {
+      const std::int64_t part = (s * prm.max_splits + split) * p.num_q_heads + h;
+      prm.part_o[part * D + d] = L > 0.0f ? O / L * v_scale : 0.0f;
+      if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
+      continue;
+    }
+    if (p.variant.sinks) {  // an extra denominator term with no value
+      const float sink = p.variant.sinks[h] * kLog2e;
+      const float M2 = fmaxf(M, sink);
+      L = L * exp2f(M - M2) + exp2f(sink - M2);
+      O *= exp2f(M - M2);
+      M = M2;
+    }
+    std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+    store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L * v_scale : 0.0f);
+    if (d == 0 && p.qo.lse) {
+      p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
+          L > 0.0f ? (M + log2f(L)) * kLn2 : kNegInf;
+    }
+  }
+}
+
+// Combines the splits of every (sequence, query head) that was split, applying the sinks.
+// grid (num_seqs, num_q_heads), block kDecodeThreads.
+__global__ void merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm);
+
+// Launches paged_decode_kernel<KV, lanes, g_tile, pipelined> (lanes in {8, 16, 32}: head_dim
+// up to 64, 128, 256; g_tile in {1, 4, 8}). Instantiated per KV type in instantiations/*.cu.
+template <class KV, int kLanes, int kG, bool kPipelined>
+void launch_decode_variant(const DecodeKernelParams& prm, dim3 grid, cudaStream_t stream) {
+  constexpr int kBytes = DecodeSmem<KV, kLanes, kG>::kBytes;
+  auto kernel = paged_decode_kernel<KV, kLanes, kG, kPipelined>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (configured != cudaSuccess) return;  // reported by the caller's launch check
+  kernel<<<grid, kDecodeThreads, kBytes, stream>>>(prm);
+}
+
+template <class KV>
+void launch_paged_decode(const DecodeKernelParams& prm, int lanes, int g_tile, dim3 grid,
+                         cudaStream_t stream) {
+  const bool pipelined = prm.k_vec && prm.v_vec;
+  auto with_lanes = [&](auto lanes_c) {
+    constexpr int kLanes = decltype(lanes_c)::value;
+    auto with_g = [&](auto g_c) {
+      constexpr int kG = decltype(g_c)::value;
+      if (pipelined) launch_decode_variant<KV, kLanes, kG, true>(prm, grid, stream);
+      else launch_decode_variant<KV, kLanes, kG, false>(prm, grid, stream);
+    };
+    switch (g_tile) {
+      case 1: return with_g(std::integral_constant<int, 1>{});
+      case 4: return with_g(std::integral_constant<int, 4>{});
+      default: return with_g(std::integral_constant<int, 8>{});
+    }
+  };
+  switch (lanes) {
+    case 8: return with_lanes(std::integral_constant<int, 8>{});
+    case 16: return with_lanes(std::integral_constant<int, 16>{});
+    default: return with_lanes(std::integral_constant<int, 32>{});
+  }
+}
+
+}  // namespace pagedattn::cuda

@@ -1,0 +1,6 @@
+// Paged decode kernels for a f32 KV cache (every head_dim bucket and query-head tile).
+#include "cuda/decode_kernel.cuh"
+
+namespace pagedattn::cuda {
+template void launch_paged_decode<float>(const DecodeKernelParams&, int, int, dim3, cudaStream_t);
+}  // namespace pagedattn::cuda

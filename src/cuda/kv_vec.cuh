@@ -1,0 +1,95 @@
+// Internal (CUDA): loading 8 consecutive K/V or Q elements of any supported dtype as floats.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "pagedattn/dtype.h"
+
+namespace pagedattn::cuda {
+
+// Storage types of the cache dtypes.
+struct Fp8E4M3 { std::uint8_t bits; };
+struct Fp8E5M2 { std::uint8_t bits; };
+
+template <class T> struct KVTraits;
+template <> struct KVTraits<float> { static constexpr DType kDType = DType::kF32; };
+template <> struct KVTraits<__half> { static constexpr DType kDType = DType::kF16; };
+template <> struct KVTraits<__nv_bfloat16> { static constexpr DType kDType = DType::kBF16; };
+template <> struct KVTraits<Fp8E4M3> { static constexpr DType kDType = DType::kF8E4M3; };
+template <> struct KVTraits<Fp8E5M2> { static constexpr DType kDType = DType::kF8E5M2; };
+
+__device__ __forceinline__ void fp8x2_to_float2(std::uint16_t bits, __nv_fp8_interpretation_t kind,
+                                                float& a, float& b) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits), kind);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&raw));
+  a = f.x;
+  b = f.y;
+}
+
+// Loads 8 contiguous elements at p (aligned to 8 elements) into f.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 v;
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+      } else {
+        v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      }
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  } else {
+    constexpr auto kind = std::is_same_v<T, Fp8E4M3> ? __NV_E4M3 : __NV_E5M2;
+    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+    const std::uint32_t w[2] = {raw.x, raw.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      fp8x2_to_float2(static_cast<std::uint16_t>(w[i] & 0xffffu), kind, f[4 * i], f[4 * i + 1]);
+      fp8x2_to_float2(static_cast<std::uint16_t>(w[i] >> 16), kind, f[4 * i + 2], f[4 * i + 3]);
+    }
+  }
+}
+
+// One element of any float dtype (run-time type), for strided layouts and for Q/out.
+__device__ __forceinline__ float load_one(const void* base, DType t, std::int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(base)[i];
+    case DType::kF16: return __half2float(static_cast<const __half*>(base)[i]);
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::kF8E4M3: {
+      float a, b;
+      fp8x2_to_float2(static_cast<const std::uint8_t*>(base)[i], __NV_E4M3, a, b);
+      return a;
+    }
+    case DType::kF8E5M2: {
+      float a, b;
+      fp8x2_to_float2(static_cast<const std::uint8_t*>(base)[i], __NV_E5M2, a, b);
+      return a;
+    }
+    default: return 0.0f;
+  }
+}
+
+__device__ __forceinline__ void store_one(void* base, DType t, std::int64_t i, float v) {
+  switch (t) {
+    case DType::kF32: static_cast<float*>(base)[i] = v; break;
+    case DType::kF16: static_cast<__half*>(base)[i] = __float2half_rn(v); break;
+    case DType::kBF16: static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v); break;
+    default: break;
+  }
+}
+
+}  // namespace pagedattn::cuda

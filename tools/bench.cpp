@@ -1,0 +1,239 @@
+// `pagedattn bench decode|prefill`: the CPU benchmarks of BENCHMARKS.md, each beside the
+// machine's ceiling measured in the same run. Prints a table, or JSON records (one per line).
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "benchmarks.h"
+#include "cli.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::cli {
+namespace {
+
+// Options common to both benchmarks; defaults are the CPU shapes of BENCHMARKS.md.
+struct BenchOptions {
+  std::string device = "cpu";
+  int threads = 0;
+  int iters = 0;    // 0: the benchmark's own default (10 on the CPU, 100 on a GPU)
+  int warmup = -1;  // -1: the benchmark's own default
+  std::string layout = "nhd";
+  std::int64_t page_size = 16;
+  std::string heads = "32/8";
+  std::int64_t head_dim = 128;
+  std::int64_t batch = 0;  // 0: the benchmark's default
+  std::uint64_t seed = 1234;
+  bool json = false;
+  std::string out_file;
+  // decode
+  std::vector<std::string> kv_dtypes = {"bf16", "f32"};
+  std::string q_dtype = "bf16";
+  std::int64_t seq_len = 2048;
+  bool standard_shapes = false;  // GPU: the BENCHMARKS.md decode table instead of one shape
+  // prefill
+  std::string dtype = "bf16";
+  std::int64_t new_tokens = 2048;
+  std::int64_t cached_tokens = 0;
+  bool non_causal = false;
+};
+
+std::string number(const nlohmann::json& r, const char* key, const char* format) {
+  const auto it = r.find(key);
+  if (it == r.end() || !it->is_number()) return "-";
+  return fmt::format(fmt::runtime(format), it->get<double>());
+}
+
+std::string text(const nlohmann::json& r, const char* key) {
+  const auto it = r.find(key);
+  if (it == r.end()) return "-";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+void print_table(const std::vector<nlohmann::json>& records) {
+  const bool tflops = !records.empty() && records.front().contains("achieved_tflops");
+  Table table({"op", "variant", "kv", "layout", "ps", "heads", "d", "batch", "lens", "median us", "min us",
+               tflops ? "TFLOP/s" : "GB/s", "ceiling", "ratio"});
+  for (const nlohmann::json& r : records) {
+    table.add_row({text(r, "op"), text(r, "variant"), text(r, "kv_dtype"), text(r, "layout"), text(r, "page_size"),
+                   fmt::format("{}/{}", text(r, "num_q_heads"), text(r, "num_kv_heads")),
+                   text(r, "head_dim"), text(r, "batch"), text(r, "seq_lens_desc"),
+                   number(r, "time_us_median", "{:.1f}"), number(r, "time_us_min", "{:.1f}"),
+                   tflops ? number(r, "achieved_tflops", "{:.3f}") : number(r, "achieved_gbps", "{:.2f}"),
+                   tflops ? number(r, "ceiling_tflops", "{:.3f}") : number(r, "ceiling_gbps", "{:.2f}"),
+                   number(r, "ratio_to_ceiling", "{:.2f}")});
+  }
+  table.print(stdout, {0, 1, 2, 3, 8});
+}
+
+int report(const BenchOptions& o, const std::vector<nlohmann::json>& records) {
+  if (o.json) {
+    for (const nlohmann::json& r : records) fmt::print("{}\n", r.dump());
+  } else {
+    print_table(records);
+  }
+  if (!o.out_file.empty()) {
+    std::ofstream out(o.out_file);
+    check_arg(out.good(), "--out: cannot open '" + o.out_file + "' for writing");
+    for (const nlohmann::json& r : records) out << r.dump() << '\n';
+    check_arg(out.good(), "--out: writing '" + o.out_file + "' failed");
+    if (!o.json) fmt::print("wrote {} record(s) to {}\n", records.size(), o.out_file);
+  }
+  return 0;
+}
+
+void require_cpu(const BenchOptions& o) {
+  if (resolve_device(o.device).type != DeviceType::kCPU) {
+    throw Error(ErrorCode::kUnsupported,
+                "pagedattn bench: this benchmark has no GPU version in this build; use --device cpu");
+  }
+}
+
+#if defined(PAGEDATTN_BENCH_CUDA)
+// GPU decode: one shape per KV dtype from the options, or the whole BENCHMARKS.md table.
+int run_cuda_decode(const BenchOptions& o, const Device& device) {
+  bench::CudaDecodeBenchConfig c;
+  c.device = device.index;
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+  if (o.standard_shapes) {
+    c.shapes = bench::standard_cuda_decode_shapes();
+  } else {
+    const HeadCounts heads = parse_heads(o.heads);
+    for (const std::string& d : o.kv_dtypes) {
+      bench::CudaDecodeShape shape;
+      shape.name = fmt::format("b{}x{}", o.batch > 0 ? o.batch : 16, o.seq_len);
+      shape.lens.assign(static_cast<std::size_t>(o.batch > 0 ? o.batch : 16), o.seq_len);
+      shape.num_q_heads = heads.num_q_heads;
+      shape.num_kv_heads = heads.num_kv_heads;
+      shape.head_dim = o.head_dim;
+      shape.page_size = o.page_size;
+      shape.kv_dtype = parse_dtype(d);
+      shape.layout = parse_kv_layout(o.layout);
+      c.shapes.push_back(shape);
+    }
+  }
+  ProgressLine progress(stderr);
+  auto records = bench::run_cuda_decode_bench(c, [&](const std::string& m) { progress.update(m); });
+  progress.finish();
+  return report(o, records);
+}
+#endif
+
+int run_decode(const BenchOptions& o) {
+#if defined(PAGEDATTN_BENCH_CUDA)
+  if (const Device device = resolve_device(o.device); device.type == DeviceType::kCUDA) {
+    return run_cuda_decode(o, device);
+  }
+#endif
+  check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
+  require_cpu(o);
+  const HeadCounts heads = parse_heads(o.heads);
+  bench::DecodeBenchConfig c;
+  c.num_threads = o.threads;
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+  c.q_dtype = parse_dtype(o.q_dtype);
+  c.kv_dtypes.clear();
+  for (const std::string& d : o.kv_dtypes) c.kv_dtypes.push_back(parse_dtype(d));
+  c.layout = parse_kv_layout(o.layout);
+  c.page_size = o.page_size;
+  c.num_q_heads = heads.num_q_heads;
+  c.num_kv_heads = heads.num_kv_heads;
+  c.head_dim = o.head_dim;
+  c.batch = o.batch > 0 ? o.batch : 16;
+  c.seq_len = o.seq_len;
+  c.seed = o.seed;
+  ProgressLine progress(stderr);
+  auto records = bench::run_decode_bench(c, [&](const std::string& m) { progress.update(m); });
+  progress.finish();
+  return report(o, records);
+}
+
+int run_prefill(const BenchOptions& o) {
+  require_cpu(o);
+  const HeadCounts heads = parse_heads(o.heads);
+  bench::PrefillBenchConfig c;
+  c.num_threads = o.threads;
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+  c.dtype = parse_dtype(o.dtype);
+  c.layout = parse_kv_layout(o.layout);
+  c.page_size = o.page_size;
+  c.num_q_heads = heads.num_q_heads;
+  c.num_kv_heads = heads.num_kv_heads;
+  c.head_dim = o.head_dim;
+  c.batch = o.batch > 0 ? o.batch : 1;
+  c.new_tokens = o.new_tokens;
+  c.cached_tokens = o.cached_tokens;
+  c.causal = !o.non_causal;
+  c.seed = o.seed;
+  ProgressLine progress(stderr);
+  auto records = bench::run_prefill_bench(c, [&](const std::string& m) { progress.update(m); });
+  progress.finish();
+  return report(o, records);
+}
+
+// Options both benchmarks take.
+void add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_batch) {
+  add_device_option(cmd, o.device);
+  add_threads_option(cmd, o.threads);
+  cmd.add_option("--iters", o.iters,
+                 "Timed iterations, median and min over them (default: 10 on the CPU, 100 on a GPU)")
+      ->check(CLI::Range(1, 100000));
+  cmd.add_option("--warmup", o.warmup, "Untimed warm-up iterations (default: the benchmark's)")
+      ->check(CLI::Range(0, 1000));
+  cmd.add_option("--layout", o.layout, "KV layout: nhd, hnd or vllm")
+      ->check(CLI::IsMember({"nhd", "hnd", "vllm"}))->capture_default_str();
+  cmd.add_option("--page-size", o.page_size, "Tokens per page")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd.add_option("--heads", o.heads, "Query/KV heads, Q/KV (e.g. 32/8) or N")
+      ->check(heads_validator())->capture_default_str();
+  cmd.add_option("--head-dim", o.head_dim, "Head dimension (a multiple of 8, at most 256)")
+      ->check(CLI::Range(8, 256))->capture_default_str();
+  cmd.add_option("--batch", o.batch, fmt::format("Sequences (default {})", default_batch))
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--seed", o.seed, "Random seed")->capture_default_str();
+  cmd.add_flag("--json", o.json, "Print one JSON record per line instead of the table");
+  cmd.add_option("--out", o.out_file, "Also write the JSON records (one per line) to FILE");
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Measure decode or prefill attention beside the machine's measured ceiling");
+  bench->require_subcommand(1);
+
+  auto d = std::make_shared<BenchOptions>();
+  CLI::App* decode = bench->add_subcommand(
+      "decode", "Paged decode (default: GQA 32/8, d128, 16 x 2048 tokens, bf16 and f32 KV)");
+  add_shared_options(*decode, *d, 16);
+  decode->add_option("--kv-dtype", d->kv_dtypes, "KV cache dtypes, comma separated")
+      ->delimiter(',')->check(float_dtype_validator())->capture_default_str();
+  decode->add_option("--q-dtype", d->q_dtype, "Query and output dtype: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  decode->add_option("--seq-len", d->seq_len, "Tokens of KV per sequence")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  decode->add_flag("--standard-shapes", d->standard_shapes,
+                   "GPU only: run the whole decode table of BENCHMARKS.md");
+  decode->callback([&action, d] { action = [d] { return run_decode(*d); }; });
+
+  auto p = std::make_shared<BenchOptions>();
+  CLI::App* prefill = bench->add_subcommand(
+      "prefill", "Paged prefill / append (default: 1 x 2048 new tokens, causal, GQA 32/8, bf16)");
+  add_shared_options(*prefill, *p, 1);
+  prefill->add_option("--dtype,--kv-dtype", p->dtype, "Query, KV and output dtype: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  prefill->add_option("--new-tokens", p->new_tokens, "Query tokens per sequence (the last of its KV)")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  prefill->add_option("--cached-tokens", p->cached_tokens, "Tokens already in the cache before them")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key");
+  prefill->callback([&action, p] { action = [p] { return run_prefill(*p); }; });
+}
+
+}  // namespace pagedattn::cli
