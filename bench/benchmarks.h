@@ -14,6 +14,7 @@
 
 #include "pagedattn/dtype.h"
 #include "pagedattn/kv_cache.h"
+#include "pagedattn/ops.h"
 
 namespace pagedattn::bench {
 
@@ -60,6 +61,8 @@ struct CudaDecodeShape {
   std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
   DType kv_dtype = DType::kBF16;  // q and output are bf16
   KVLayout layout = KVLayout::kNHD;
+  DecodeVariant variant = DecodeVariant::kAuto;
+  int partition_size = 0;         // 0: the planner's choice
 };
 
 struct CudaDecodeBenchConfig {

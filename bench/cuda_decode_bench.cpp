@@ -201,7 +201,7 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     ctx.workspace = {static_cast<std::byte*>(workspace.ptr), std::size_t{256} << 20};
     const TensorView q_view(q.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
     const TensorView out_view(out.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
-    const DecodeOptions options{DecodeVariant::kAuto, 0, &host_table};
+    const DecodeOptions options{shape.variant, shape.partition_size, &host_table};
 
     cudaGraph_t graph;
     ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
@@ -224,7 +224,10 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
                        {"batch", S}, {"shape", shape.name}, {"seq_lens_desc", lens_desc},
                        {"time_us_median", t_med}, {"time_us_min", t_min}, {"achieved_gbps", gbps},
                        {"ceiling_gbps", ceiling}, {"ratio_to_ceiling", gbps / ceiling},
-                       {"iterations", config.iterations}});
+                       {"iterations", config.iterations},
+                       {"variant", shape.variant == DecodeVariant::kOnePass ? "one_pass"
+                                   : shape.variant == DecodeVariant::kSplitK ? "split_k" : "auto"},
+                       {"partition_size", shape.partition_size}});
   }
   cudaStreamDestroy(stream);
   return records;

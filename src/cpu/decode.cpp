@@ -1,15 +1,16 @@
 // Paged decode on the CPU: SIMD through Highway (runtime dispatch), threads through OpenMP.
 //
-// A work item is (sequence, kv_head, key range); see decode_plan.h. For each item the
-// group_size query heads that share the KV head are processed together, so every K/V row is
-// read from memory once per group. Keys are consumed in blocks of up to kBlock tokens with an
-// online softmax in f32 (running max m, sum l and unnormalised output acc [group][head_dim]):
+// A work item is (sequence, KV heads, key range); see decode_plan.h. For each KV head the
+// group_size query heads that share it are processed together, so every K/V row is read from
+// memory once per group. Keys are consumed in blocks of up to kBlock tokens with an online
+// softmax in f32 (running max m, sum l and unnormalised output acc [group][head_dim]):
 //   1. logits s[g][j] = (q[g] * scale) . k[j]  (+ soft-cap, + ALiBi)
 //   2. m' = max(m, max_j s), acc *= exp(m - m'), l = l * exp(m - m') + sum_j exp(s - m')
 //   3. acc[g] += sum_j exp(s[g][j] - m') * v[j]
 // (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"). Decode is
 // memory bound, so the kernel's job is to stream K/V at full bandwidth: one page-table lookup
-// per page, and the next block's rows are prefetched while the current block is computed.
+// per page, software prefetch of the next block while the current one is computed, and
+// logits reduced four dot products at a time so the arithmetic stays below the memory time.
 //
 // Dim-contiguous layouts (NHD, HND) are read in place in their dtype; other layouts (vLLM
 // split K/V) are first gathered, a page at a time, into an f32 tile [block][head_dim].
@@ -38,6 +39,7 @@ using detail::AttentionProblem;
 
 constexpr std::int64_t kBlock = 64;  // keys per online-softmax step (logits stay in L1)
 constexpr std::int64_t kCacheLine = 64;
+constexpr std::int64_t kAhead = 8;  // tokens between a just-in-time L1 prefetch and its use
 
 // Per-thread f32 scratch for items of `heads` KV heads.
 struct Scratch {
@@ -45,10 +47,11 @@ struct Scratch {
 
   Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles) {
     const auto hg = static_cast<std::size_t>(heads * group);
-    q = hwy::AllocateAligned<float>(hg * static_cast<std::size_t>(head_dim));    // [heads][group][head_dim], pre-scaled
-    acc = hwy::AllocateAligned<float>(hg * static_cast<std::size_t>(head_dim));  // [heads][group][head_dim]
-    s = hwy::AllocateAligned<float>(static_cast<std::size_t>(group * kBlock));   // [group][kBlock]
-    m = hwy::AllocateAligned<float>(hg);                                         // [heads][group]
+    const auto hgd = hg * static_cast<std::size_t>(head_dim);
+    q = hwy::AllocateAligned<float>(hgd);    // [heads][group][head_dim], pre-scaled
+    acc = hwy::AllocateAligned<float>(hgd);  // [heads][group][head_dim]
+    s = hwy::AllocateAligned<float>(static_cast<std::size_t>(group * kBlock));  // [group][kBlock]
+    m = hwy::AllocateAligned<float>(hg);     // [heads][group]
     l = hwy::AllocateAligned<float>(hg);
     if (tiles) {
       k_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
@@ -147,6 +150,7 @@ HWY_NOINLINE void block_logits(const float* HWY_RESTRICT q, std::int64_t D,
   constexpr int kTok = 4;
   // Prefetches are spread evenly over the block's token quads.
   const std::int64_t quads = std::max<std::int64_t>(1, n / kTok);
+  const std::int64_t row_bytes = D * static_cast<std::int64_t>(sizeof(KVStorage<kT>));
   const std::int64_t near_step = near ? (near->count + quads - 1) / quads : 0;
   const std::int64_t far_step = far ? (far->count + quads - 1) / quads : 0;
 
@@ -154,6 +158,12 @@ HWY_NOINLINE void block_logits(const float* HWY_RESTRICT q, std::int64_t D,
   for (; j + kTok <= n; j += kTok) {
     if (near) near->step(near_step);
     if (far) far->step(far_step);
+    // Rows a few tokens ahead, from L2 into L1 just in time: with heads interleaved (NHD) one
+    // head's rows sit 2 KiB apart and share a handful of L1 sets, so earlier fetches would
+    // evict each other.
+    for (std::int64_t t = j + kAhead; t < std::min(j + kAhead + kTok, n); ++t) {
+      for (std::int64_t off = 0; off < row_bytes; off += kCacheLine) hwy::Prefetch(rows.k[t] + off);
+    }
     V a[kTok][kG];
     for (int t = 0; t < kTok; ++t) {
       for (int g = 0; g < kG; ++g) a[t][g] = hn::Zero(df);
@@ -190,19 +200,26 @@ HWY_NOINLINE void block_logits(const float* HWY_RESTRICT q, std::int64_t D,
 template <DType kT, int kG, int kC, class D>
 HWY_INLINE void accumulate_chunks(D d, float* HWY_RESTRICT acc, std::int64_t head_dim,
                                   std::int64_t c, const BlockRows& rows,
-                                  const float* HWY_RESTRICT p) {
+                                  const float* HWY_RESTRICT p, PrefetchStream* pf,
+                                  std::int64_t pf_step) {
   const auto N = static_cast<std::int64_t>(hn::Lanes(d));
   hn::Vec<D> a[kC][kG];
   for (int k = 0; k < kC; ++k) {
     for (int g = 0; g < kG; ++g) a[k][g] = hn::LoadU(d, acc + g * head_dim + c + k * N);
   }
+  const std::int64_t bytes = kC * N * static_cast<std::int64_t>(sizeof(KVStorage<kT>));
   for (std::int64_t j = 0; j < rows.n; ++j) {
+    if (j + kAhead < rows.n) {
+      const std::byte* ahead = rows.v[j + kAhead] + c * static_cast<std::int64_t>(sizeof(KVStorage<kT>));
+      for (std::int64_t off = 0; off < bytes; off += kCacheLine) hwy::Prefetch(ahead + off);
+    }
     hn::Vec<D> x[kC];
     for (int k = 0; k < kC; ++k) x[k] = load_f32<kT>(d, rows.v[j], static_cast<std::size_t>(c + k * N));
     for (int g = 0; g < kG; ++g) {
       const auto w = hn::Set(d, p[g * kBlock + j]);
       for (int k = 0; k < kC; ++k) a[k][g] = hn::MulAdd(w, x[k], a[k][g]);
     }
+    if (pf && (j & 3) == 3) pf->step(pf_step);
   }
   for (int k = 0; k < kC; ++k) {
     for (int g = 0; g < kG; ++g) hn::StoreU(a[k][g], d, acc + g * head_dim + c + k * N);
@@ -212,18 +229,25 @@ HWY_INLINE void accumulate_chunks(D d, float* HWY_RESTRICT acc, std::int64_t hea
 // acc[g] += sum_j p[g * kBlock + j] * v[j] for g < kG.
 template <DType kT, int kG>
 HWY_NOINLINE void block_accumulate(float* HWY_RESTRICT acc, std::int64_t D, const BlockRows& rows,
-                                   const float* HWY_RESTRICT p) {
+                                   const float* HWY_RESTRICT p, PrefetchStream* pf) {
   const hn::ScalableTag<float> df;
   const hn::CappedTag<float, 8> dh;
   constexpr int kC = kG >= 8 ? 1 : 8 / kG;  // chunks per pass: about 8 accumulators in flight
   const auto N = static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t d_main = D / N * N;
+  // The prefetch stream is spread over the passes of the widest loop.
+  const std::int64_t passes = std::max<std::int64_t>(1, d_main / (kC * N));
+  const std::int64_t quads = std::max<std::int64_t>(1, rows.n / 4);
+  const std::int64_t pf_step = pf ? (pf->count + passes * quads - 1) / (passes * quads) : 0;
   std::int64_t c = 0;
-  for (; c + kC * N <= d_main; c += kC * N) accumulate_chunks<kT, kG, kC>(df, acc, D, c, rows, p);
-  for (; c < d_main; c += N) accumulate_chunks<kT, kG, 1>(df, acc, D, c, rows, p);
-  for (; c < D; c += static_cast<std::int64_t>(hn::Lanes(dh))) {
-    accumulate_chunks<kT, kG, 1>(dh, acc, D, c, rows, p);
+  for (; c + kC * N <= d_main; c += kC * N) {
+    accumulate_chunks<kT, kG, kC>(df, acc, D, c, rows, p, pf, pf_step);
   }
+  for (; c < d_main; c += N) accumulate_chunks<kT, kG, 1>(df, acc, D, c, rows, p, nullptr, 0);
+  for (; c < D; c += static_cast<std::int64_t>(hn::Lanes(dh))) {
+    accumulate_chunks<kT, kG, 1>(dh, acc, D, c, rows, p, nullptr, 0);
+  }
+  if (pf) pf->step(pf->count);
 }
 
 // Runs f.template operator()<kG>(g0) over the group in tiles of 4, 2 and 1 heads.
@@ -235,7 +259,7 @@ HWY_INLINE void for_group_tiles(std::int64_t group, const F& f) {
   if (g0 < group) f.template operator()<1>(g0);
 }
 
-// Soft-cap, ALiBi, then the online-softmax update of head g for a block of n logits at key
+// Soft-cap, ALiBi, then the online-softmax update of query head h for a block of n logits at key
 // positions [pos0, pos0 + n); s[0, n) becomes the probabilities exp(s - m').
 HWY_INLINE void softmax_update(const AttentionProblem& p, std::int64_t h, std::int64_t pos0,
                                std::int64_t query_pos, std::int64_t n, std::int64_t D,
@@ -306,8 +330,10 @@ struct DecodeKernel {
       const std::int64_t off = t % ps;
       const std::int64_t cnt = std::min(ps - off, n - j);
       if constexpr (kDirect) {
-        const std::byte* kb = kv.k.data + (page * kv.k.page_stride + kh * kv.k.head_stride + off * kv.k.token_stride) * kElem;
-        const std::byte* vb = kv.v.data + (page * kv.v.page_stride + kh * kv.v.head_stride + off * kv.v.token_stride) * kElem;
+        const std::byte* kb = kv.k.data + (page * kv.k.page_stride + kh * kv.k.head_stride +
+                                           off * kv.k.token_stride) * kElem;
+        const std::byte* vb = kv.v.data + (page * kv.v.page_stride + kh * kv.v.head_stride +
+                                           off * kv.v.token_stride) * kElem;
         for (std::int64_t i = 0; i < cnt; ++i) {
           rows.k[j + i] = kb + i * kv.k.token_stride * kElem;
           rows.v[j + i] = vb + i * kv.v.token_stride * kElem;
@@ -341,18 +367,29 @@ struct DecodeKernel {
     float* s = sc.s.get();
     const float* q = sc.q.get() + hi * G * D;
     float* acc = sc.acc.get() + hi * G * D;
+    // Half of the far stream is issued during the logits, half during the accumulation.
+    PrefetchStream far_logits, far_acc;
+    if (far) {
+      far_logits = far_acc = *far;
+      far_logits.count = far->count / 2;
+      far_acc.first += far_logits.count;
+      far_acc.count -= far_logits.count;
+    }
     bool first = true;
     for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
-      block_logits<kRowT, kG>(q + g0 * D, D, rows, first ? near : nullptr, first ? far : nullptr,
-                              s + g0 * kBlock);
+      block_logits<kRowT, kG>(q + g0 * D, D, rows, first ? near : nullptr,
+                              first && far ? &far_logits : nullptr, s + g0 * kBlock);
       first = false;
     });
     for (std::int64_t g = 0; g < G; ++g) {
       softmax_update(p, kh * G + g, t0, query_pos, rows.n, D, s + g * kBlock, sc.m[hi * G + g],
                      sc.l[hi * G + g], acc + g * D);
     }
+    first = true;
     for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
-      block_accumulate<kRowT, kG>(acc + g0 * D, D, rows, s + g0 * kBlock);
+      block_accumulate<kRowT, kG>(acc + g0 * D, D, rows, s + g0 * kBlock,
+                                  first && far ? &far_acc : nullptr);
+      first = false;
     });
   }
 
@@ -365,7 +402,8 @@ struct DecodeKernel {
       const std::int64_t kh = h0 + hi;
       const float q_scale = p.variant.scale * (is_fp8(kCacheT) ? p.kv.k_scale_of(kh) : 1.0f);
       for (std::int64_t g = 0; g < G; ++g) {
-        const std::byte* qrow = qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
+        const std::byte* qrow =
+            qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
         float* qf = sc.q.get() + (hi * G + g) * D;
         for (std::int64_t d = 0; d < D; ++d) qf[d] = load_as_float(qrow, qo.q_dtype, d) * q_scale;
         sc.m[hi * G + g] = detail::kNegInf;
@@ -379,10 +417,9 @@ struct DecodeKernel {
     const std::int64_t query_pos = decode_key_range(p, s).query_pos;
     if constexpr (kDirect) {
       // Rows of head h0 for this block and the next; other heads are a fixed offset away.
-      // Two prefetch streams run while a (block, head) unit is computed: "far" fetches the
-      // next block's token rows across all the item's heads (contiguous spans, a slice per
-      // unit, in address order so DRAM streams whole pages) and "near" pulls the next unit's
-      // rows into L1.
+      // While a (block, head) unit is computed, a "far" prefetch stream fetches a slice of the
+      // next block's token rows across all the item's heads (contiguous spans in address
+      // order, so DRAM streams whole pages), a "near" one the next head's rows of this block.
       const std::int64_t span = (heads - 1) * p.kv.k.head_stride * kElem + D * kElem;
       const bool v_span_ok = (heads - 1) * p.kv.v.head_stride == (heads - 1) * p.kv.k.head_stride;
       BlockRows base[2], unit[2];
@@ -392,14 +429,15 @@ struct DecodeKernel {
         const std::int64_t n = base[cur].n;
         const std::int64_t n_next = std::min(kBlock, it.end - t0 - n);
         if (n_next > 0) fill_rows(pages, h0, t0 + n, n_next, base[1 - cur], sc);
+        int u = 0;
+        unit[u] = base[cur];
         for (std::int64_t hi = 0; hi < heads; ++hi) {
-          const int u = static_cast<int>(hi & 1);
-          if (hi == 0) unit[u] = base[cur];
           PrefetchStream far;
           if (n_next > 0) {
             const std::int64_t lo = n_next * hi / heads, up = n_next * (hi + 1) / heads;
             far = {&base[1 - cur], lo, up - lo, v_span_ok ? span : D * kElem};
           }
+          // The next head's rows of this block: pulled into L1 while this head is computed.
           PrefetchStream near;
           if (hi + 1 < heads) {
             shift_rows(base[cur], hi + 1, unit[1 - u]);
@@ -407,6 +445,7 @@ struct DecodeKernel {
           }
           attend_block(sc, hi, h0 + hi, unit[u], hi + 1 < heads ? &near : nullptr,
                        n_next > 0 ? &far : nullptr, t0, query_pos);
+          u = 1 - u;
         }
         cur = 1 - cur;
       }
@@ -553,7 +592,8 @@ HWY_EXPORT(DecodeImpl);
 void decode(const detail::AttentionProblem& p, const DecodeOptions& options, int num_threads) {
   const int threads = resolve_num_threads(num_threads);
   const DecodePlan plan = plan_decode(p, options, threads);
-  std::vector<float> part(static_cast<std::size_t>(plan.num_slots * plan.slot_floats(p.group_size(), p.head_dim)));
+  const std::int64_t floats = plan.num_slots * plan.slot_floats(p.group_size(), p.head_dim);
+  std::vector<float> part(static_cast<std::size_t>(floats));
   HWY_DYNAMIC_DISPATCH(DecodeImpl)(p, plan, part.data(), threads);
 }
 }  // namespace pagedattn::cpu

@@ -5,22 +5,19 @@
 #include "cuda/cuda_check.h"
 #include "cuda/decode.h"
 #include "cuda/decode_kernel.cuh"
+#include "cuda/decode_mma_launch.h"
 
 namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
-constexpr int kCtasPerSm = 4;                       // resident decode CTAs the plan aims to fill
+constexpr int kCtasPerSm = 2;  // CTAs per SM the plan aims for (the GQA kernel fits 2 by shared memory)
 
 int num_sms(int device) {
   int n = 0;
   check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "SM count");
   return n;
 }
-
-int query_head_tile(std::int64_t group) { return group <= 1 ? 1 : group <= 4 ? 4 : 8; }
-
-int lanes_for(std::int64_t head_dim) { return head_dim <= 64 ? 8 : head_dim <= 128 ? 16 : 32; }
 
 // True when elements [d, d + 8) of every row are contiguous and the vector is aligned.
 bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype) {
@@ -31,6 +28,28 @@ bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype) {
                        t.page_stride % 8 == 0 && t.head_stride % 8 == 0 &&
                        t.token_stride % 8 == 0 && (t.chunk_stride % 8 == 0 || t.chunk_len == 0);
   return contiguous && aligned;
+}
+
+// Which kernel runs a problem; the planner and the launch both use this one choice.
+struct KernelChoice {
+  bool mma = false;        // tensor-core GQA kernel
+  bool vec = false;        // K and V rows load as aligned 8-element vectors
+  int lanes = 16;          // CUDA-core kernel: lanes per row (head_dim up to 8 * lanes)
+  int g_tile = 1;          // query heads per CTA
+  std::int64_t head_tiles = 1;
+};
+
+KernelChoice choose_kernel(const detail::AttentionProblem& p) {
+  KernelChoice c;
+  const std::int64_t group = p.group_size();
+  c.vec = rows_vectorisable(p.kv.k, p.kv.dtype) && rows_vectorisable(p.kv.v, p.kv.dtype);
+  const bool sixteen_bit = p.kv.dtype == DType::kBF16 || p.kv.dtype == DType::kF16;
+  c.mma = c.vec && sixteen_bit && p.qo.q_dtype == p.kv.dtype && group >= 4 &&
+          (p.head_dim == 64 || p.head_dim == 128);
+  c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
+  c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
+  c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
+  return c;
 }
 
 __device__ __forceinline__ float neg_inf() { return detail::kNegInf; }
@@ -85,8 +104,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     plan.partition_tokens = options.partition_size;
   } else {
     // Enough CTAs to fill every SM kCtasPerSm times, each about the same number of keys.
-    const std::int64_t per_seq_ctas = p.num_kv_heads * ((p.group_size() + query_head_tile(p.group_size()) - 1) /
-                                                        query_head_tile(p.group_size()));
+    const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p).head_tiles;
     const std::int64_t target = static_cast<std::int64_t>(num_sms(device)) * kCtasPerSm;
     const std::int64_t balanced = (total * per_seq_ctas + target - 1) / std::max<std::int64_t>(target, 1);
     plan.partition_tokens = round_up(std::max(balanced, kMinPartitionTokens));
@@ -110,14 +128,14 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (p.num_seqs == 0) return;
   check_supported(p.num_seqs <= 65535, "decode on CUDA supports at most 65535 sequences per call, got " +
                                            std::to_string(p.num_seqs));
+  const KernelChoice choice = choose_kernel(p);
   DecodeKernelParams prm;
   prm.p = p;
   prm.partition_tokens = plan.partition_tokens;
   prm.max_splits = plan.max_splits;
-  const int g_tile = query_head_tile(p.group_size());
-  prm.head_tiles = static_cast<int>((p.group_size() + g_tile - 1) / g_tile);
-  prm.k_vec = rows_vectorisable(p.kv.k, p.kv.dtype);
-  prm.v_vec = rows_vectorisable(p.kv.v, p.kv.dtype);
+  prm.head_tiles = static_cast<int>(choice.head_tiles);
+  prm.k_vec = prm.v_vec = choice.vec;
+  prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
 
   void* owned = nullptr;
   if (plan.workspace_bytes > 0) {
@@ -135,14 +153,20 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   const dim3 grid(static_cast<unsigned>(plan.max_splits),
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
-  const int lanes = lanes_for(p.head_dim);
-  switch (p.kv.dtype) {
-    case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, lanes, g_tile, grid, stream); break;
-    case DType::kF16: launch_paged_decode<__half>(prm, lanes, g_tile, grid, stream); break;
-    case DType::kF32: launch_paged_decode<float>(prm, lanes, g_tile, grid, stream); break;
-    case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, lanes, g_tile, grid, stream); break;
-    case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, lanes, g_tile, grid, stream); break;
-    default: check_supported(false, "decode: unsupported KV dtype on CUDA");
+  const int lanes = choice.lanes, g_tile = choice.g_tile;
+  if (choice.mma && p.kv.dtype == DType::kBF16) {
+    launch_paged_decode_mma<__nv_bfloat16>(prm, static_cast<int>(p.head_dim), grid, stream);
+  } else if (choice.mma) {
+    launch_paged_decode_mma<__half>(prm, static_cast<int>(p.head_dim), grid, stream);
+  } else {
+    switch (p.kv.dtype) {
+      case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, lanes, g_tile, grid, stream); break;
+      case DType::kF16: launch_paged_decode<__half>(prm, lanes, g_tile, grid, stream); break;
+      case DType::kF32: launch_paged_decode<float>(prm, lanes, g_tile, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, lanes, g_tile, grid, stream); break;
+      case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, lanes, g_tile, grid, stream); break;
+      default: check_supported(false, "decode: unsupported KV dtype on CUDA");
+    }
   }
   check_launch("paged_decode_kernel", stream);
   if (plan.max_splits > 1) {

@@ -20,12 +20,30 @@
 
 namespace pagedattn::cuda {
 
+// Division by a run-time constant without a divide instruction: q = (umulhi(n, mul) + n) >> shift,
+// exact for n < 2^31 (Granlund & Montgomery 1994). Built on the host for the page size.
+struct FastDiv {
+  std::uint32_t divisor = 1, mul = 0, shift = 0;
+
+  static FastDiv make(std::uint32_t d) {
+    FastDiv f;
+    f.divisor = d;
+    while ((std::uint64_t{1} << f.shift) < d) ++f.shift;
+    f.mul = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) * ((std::uint64_t{1} << f.shift) - d)) / d + 1);
+    return f;
+  }
+  __device__ __forceinline__ std::uint32_t div(std::uint32_t n) const {
+    return (__umulhi(n, mul) + n) >> shift;
+  }
+};
+
 struct DecodeKernelParams {
   detail::AttentionProblem p;  // device pointers
   std::int64_t partition_tokens = 0;
   std::int64_t max_splits = 1;
   int head_tiles = 1;           // ceil(group_size / kG)
   bool k_vec = false, v_vec = false;  // 8-element vectors of K / V rows are contiguous, aligned
+  FastDiv page_div;                   // by page_size
   float* part_o = nullptr;      // [num_seqs, max_splits, num_q_heads, head_dim]
   float* part_lse = nullptr;    // [num_seqs, max_splits, num_q_heads], base-2
 };
@@ -249,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     // Element offset of token t's row (this lane's dims) for K and V.
     auto row_offsets = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
       const auto local = static_cast<std::uint32_t>(t - cp0 * P);  // < kPageChunk pages
-      const std::uint32_t page_idx = local / static_cast<std::uint32_t>(P);
+      const std::uint32_t page_idx = prm.page_div.div(local);
       const std::int64_t page = s_pages[page_idx];
       const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
       k_off = page * ka.page_stride + slot * ka.token_stride + k_lane;

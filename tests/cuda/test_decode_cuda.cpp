@@ -261,6 +261,9 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   for (DType q : {DType::kF32, DType::kF16}) { Case c; c.q = q; out.push_back(c); }
+  { Case c; c.q = DType::kF16; c.kv = DType::kF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.q = DType::kF16; c.kv = DType::kF16; c.head_dim = 64; c.num_q_heads = 40; c.num_kv_heads = 2; out.push_back(c); }
+  { Case c; c.num_q_heads = 40; c.num_kv_heads = 2; c.sinks = true; c.alibi = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.csr = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.window = 40; c.lens = ragged; out.push_back(c); }
   { Case c; c.window = 0; out.push_back(c); }
@@ -347,8 +350,8 @@ TEST(CudaDecodeGraph, ReplaysWithNewLengths) {
 
   for (const std::vector<std::int32_t>& lens : {std::vector<std::int32_t>{700, 1500, 2048, 33},
                                                std::vector<std::int32_t>{5, 1024, 1999, 0},
-                                               std::vector<std::int32_t>{256, 257, 1, 2047}}) {
-    h.bt.seq_lens = lens;  // only shorter: the pages already hold these tokens
+                                               std::vector<std::int32_t>{256, 257, 1, 32}}) {
+    h.bt.seq_lens = lens;  // no longer than planned: the pages already hold these tokens
     test::cuda_ok(cudaMemcpy(d.b.buffer.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "lens");
     test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
     test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");

@@ -1,0 +1,345 @@
+// Internal (CUDA): paged decode for grouped-query attention on tensor cores.
+//
+// With GQA a KV head serves a group of query heads, so each K/V row feeds several dot products.
+// On CUDA cores that arithmetic (plus the shuffles that reduce each dot product) becomes the
+// bottleneck at group sizes >= 4; here the group is the M dimension of mma.sync m16n8k16:
+//   S[16 heads x 16 keys] = Q[16 x D] K^T,   O[16 x D] += P[16 x 16] V
+// (rows past the group are zero queries whose results are discarded). K/V tiles of 16 keys
+// stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
+// the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
+// Used for 16-bit caches whose dtype equals q's, head_dim 64 or 128, group size >= 4.
+#pragma once
+
+#include "cuda/decode_kernel.cuh"
+
+namespace pagedattn::cuda {
+
+template <class KV>
+__device__ __forceinline__ void mma16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                         std::uint32_t b1) {
+  if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
+  const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  }
+}
+
+// Two floats as a packed 16-bit pair, the first in the low half.
+template <class KV>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+}
+
+template <class KV, int kD>
+struct MmaDecodeSmem {
+  static constexpr int kWarps = kDecodeThreads / 32;
+  static constexpr int kTokens = 16;     // keys per warp step
+  static constexpr int kRowElems = kD + 8;  // +16 bytes: ldmatrix rows fall in distinct banks
+  static constexpr int kStages = 3;
+  static constexpr int kPageChunk = 1024;
+  static constexpr int kTileBytes = kTokens * kRowElems * 2;          // one of K or V
+  static constexpr int kStageWarpBytes = 2 * kTileBytes;
+  static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes;
+  static constexpr int kMergeBytes = kWarps * 16 * (kD + 2) * 4;
+  static constexpr int kBytes = kPageChunk * 4 + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+};
+
+template <class KV, int kD>
+__global__ void __launch_bounds__(kDecodeThreads)
+    paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
+  using Smem = MmaDecodeSmem<KV, kD>;
+  constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages;
+  constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
+  constexpr int kG = 16;              // query-head rows of the mma tile
+  constexpr int kChunks = kD / 8;     // 16-byte chunks per K/V row
+  constexpr float kNegInf = detail::kNegInf;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* s_pages = reinterpret_cast<std::int32_t*>(smem);
+  unsigned char* s_region = smem + kPageChunk * 4;
+
+  const detail::AttentionProblem& p = prm.p;
+  const std::int64_t s = blockIdx.z;
+  const std::int64_t split = blockIdx.x;
+  const int kv_head = static_cast<int>(blockIdx.y) / prm.head_tiles;
+  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
+  const int g0 = (static_cast<int>(blockIdx.y) % prm.head_tiles) * kG;
+  const int n_g = min(kG, group - g0);
+  const detail::SeqPages pages = p.pages_of(s);
+  const std::int64_t len = pages.kv_len;
+  const std::int64_t n_splits = num_splits_of(prm, len);
+  if (split >= n_splits) return;
+
+  const std::int64_t P = p.kv.page_size;
+  const std::int64_t q_pos = p.query_end(s) - 1 - p.key_offset(s);
+  std::int64_t t_begin = split * prm.partition_tokens;
+  const std::int64_t t_end = min(len, t_begin + prm.partition_tokens);
+  if (p.variant.window_left >= 0) t_begin = max(t_begin, q_pos - p.variant.window_left);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
+  const float soft_cap = p.variant.soft_cap;
+  const bool plain = soft_cap == 0.0f && p.variant.alibi_slopes == nullptr;
+  const float s_mul = p.variant.scale * (plain ? kLog2e : 1.0f);
+  const detail::KVTensorAccess& ka = p.kv.k;
+  const detail::KVTensorAccess& va = p.kv.v;
+
+  // Q as A fragments, one per 16-dim k-step; rows gid and gid + 8 are query heads g0 + row.
+  std::uint32_t qa[kD / 16][4];
+  float slope[2];
+  {
+    const auto q_size = static_cast<std::int64_t>(dtype_size(p.qo.q_dtype));
+    const std::byte* rows[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int g = gid + 8 * r;
+      const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
+      rows[r] = g < n_g ? p.qo.q + (s * p.qo.q_token_stride + h * p.qo.q_head_stride) * q_size : nullptr;
+      slope[r] = (g < n_g && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
+    }
+    auto q_at = [&](int r, int d) { return rows[r] ? load_one(rows[r], p.qo.q_dtype, d) : 0.0f; };
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const int d = kk * 16 + tig * 2;
+      qa[kk][0] = pack2<KV>(q_at(0, d), q_at(0, d + 1));
+      qa[kk][1] = pack2<KV>(q_at(1, d), q_at(1, d + 1));
+      qa[kk][2] = pack2<KV>(q_at(0, d + 8), q_at(0, d + 9));
+      qa[kk][3] = pack2<KV>(q_at(1, d + 8), q_at(1, d + 9));
+    }
+  }
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows gid, gid + 8 (l: this lane's part)
+
+  // This lane copies 16-byte chunk (lane % kChunks) of rows lane / kChunks + i * (32 / kChunks):
+  // the chunk's offset within a (page, token) is fixed, computed once.
+  static_assert(32 % kChunks == 0, "a warp covers whole rows");
+  const int lane_chunk = lane % kChunks, lane_row = lane / kChunks;
+  const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, lane_chunk * 8);
+  const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, lane_chunk * 8);
+  unsigned char* warp_pipe = s_region + warp * Smem::kStageWarpBytes;
+  auto tile_ptr = [&](std::int64_t j, int is_v) {
+    return reinterpret_cast<KV*>(warp_pipe + (j % kStages) * (kWarps * Smem::kStageWarpBytes) +
+                                 is_v * Smem::kTileBytes);
+  };
+
+  for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
+    const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
+    __syncthreads();
+    for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += kDecodeThreads) {
+      s_pages[i] = static_cast<std::int32_t>(pages.page(cp0 + i));
+    }
+    __syncthreads();
+    const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
+    const std::int64_t n_tiles = ceil_div(c_end - c_begin, kTokens);
+    const std::int64_t n_mine = n_tiles > warp ? ceil_div(n_tiles - warp, kWarps) : 0;
+    auto tile_start = [&](std::int64_t j) { return c_begin + (warp + j * kWarps) * kTokens; };
+
+    auto issue = [&](std::int64_t j) {
+      if (j < n_mine) {
+        KV* k_tile = tile_ptr(j, 0);
+        KV* v_tile = tile_ptr(j, 1);
+#pragma unroll
+        for (int i = 0; i < kTokens * kChunks / 32; ++i) {
+          const int r = lane_row + i * (32 / kChunks);
+          const std::int64_t t = tile_start(j) + r;
+          KV* k_dst = k_tile + r * kRowElems + lane_chunk * 8;
+          KV* v_dst = v_tile + r * kRowElems + lane_chunk * 8;
+          if (t < c_end) {
+            const auto local = static_cast<std::uint32_t>(t - cp0 * P);
+            const std::uint32_t page_idx = prm.page_div.div(local);
+            const std::int64_t page = s_pages[page_idx];
+            const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
+            cp_async(k_dst, k_base + page * ka.page_stride + slot * ka.token_stride, 16);
+            cp_async(v_dst, v_base + page * va.page_stride + slot * va.token_stride, 16);
+          } else {  // past the end: zeros, so 0-weight keys cannot turn into NaN
+            *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      }
+      cp_async_commit();
+    };
+
+#pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) issue(j);
+    for (std::int64_t j = 0; j < n_mine; ++j) {
+      __syncwarp();  // every lane is done reading the stage about to be refilled
+      issue(j + kStages - 1);
+      cp_async_wait<kStages - 1>();
+      __syncwarp();  // tile j's copies, made by all lanes, are visible to all lanes
+      const KV* k_tile = tile_ptr(j, 0);
+      const KV* v_tile = tile_ptr(j, 1);
+      const std::int64_t t0 = tile_start(j);
+
+      float sc[2][4] = {};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; kk += 2) {
+          std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
+          ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+          mma16816<KV>(sc[nt], qa[kk], b[0], b[1]);
+          mma16816<KV>(sc[nt], qa[kk + 1], b[2], b[3]);
+        }
+      }
+      // Logits (base 2), masked past the end.
+      float rmax[2] = {kNegInf, kNegInf};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const std::int64_t t = t0 + nt * 8 + tig * 2 + (e & 1);
+          float x = sc[nt][e] * s_mul;
+          if (!plain) {
+            if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+            x = (x + slope[r] * static_cast<float>(t - q_pos)) * kLog2e;
+          }
+          x = t < c_end ? x : kNegInf;
+          sc[nt][e] = x;
+          rmax[r] = fmaxf(rmax[r], x);
+        }
+      }
+      std::uint32_t pa[4];
+      float corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
+        rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
+        const float m_new = fmaxf(m[r], rmax[r]);
+        corr[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= corr[r];
+      }
+      float pr[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          pr[nt][e] = m[r] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[r]);
+          l[r] += pr[nt][e];
+        }
+      }
+      pa[0] = pack2<KV>(pr[0][0], pr[0][1]);
+      pa[1] = pack2<KV>(pr[0][2], pr[0][3]);
+      pa[2] = pack2<KV>(pr[1][0], pr[1][1]);
+      pa[3] = pack2<KV>(pr[1][2], pr[1][3]);
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+      }
+#pragma unroll
+      for (int n = 0; n < kD / 8; n += 2) {
+        std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
+        ldmatrix_x4<true>(b, v_tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
+        mma16816<KV>(o[n], pa, b[0], b[1]);
+        mma16816<KV>(o[n + 1], pa, b[2], b[3]);
+      }
+    }
+    cp_async_wait<0>();
+  }
+
+  // Row sums were accumulated per lane: complete them across the quad.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  // Merge the warps' states: [warp][row] maxima and sums, [warp][row][kD] outputs.
+  __syncthreads();
+  auto* s_acc = reinterpret_cast<float*>(s_region);
+  float* s_m = s_acc + kWarps * kG * kD;
+  float* s_l = s_m + kWarps * kG;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * kG + gid + 8 * r;
+    if (tig == 0) s_m[row] = m[r], s_l[row] = l[r];
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      s_acc[row * kD + n * 8 + tig * 2] = o[n][2 * r];
+      s_acc[row * kD + n * 8 + tig * 2 + 1] = o[n][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  for (int idx = threadIdx.x; idx < n_g * kD; idx += kDecodeThreads) {
+    const int g = idx / kD, d = idx % kD;
+    const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
+    float M = kNegInf;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w * kG + g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != kNegInf) {
+      for (int w = 0; w < kWarps; ++w) {
+        const float wt = exp2f(s_m[w * kG + g] - M);
+        L += wt * s_l[w * kG + g];
+        O += wt * s_acc[(w * kG + g) * kD + d];
+      }
+    }
+    if (n_splits > 1) {
+      const std::int64_t part = (s * prm.max_splits + split) * p.num_q_heads + h;
+      prm.part_o[part * kD + d] = L > 0.0f ? O / L : 0.0f;
+      if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
+      continue;
+    }
+    if (p.variant.sinks) {
+      const float sink = p.variant.sinks[h] * kLog2e;
+      const float M2 = fmaxf(M, sink);
+      L = L * exp2f(M - M2) + exp2f(sink - M2);
+      O *= exp2f(M - M2);
+      M = M2;
+    }
+    std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+    store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L : 0.0f);
+    if (d == 0 && p.qo.lse) {
+      p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
+          L > 0.0f ? (M + log2f(L)) * kLn2 : kNegInf;
+    }
+  }
+}
+
+// Launches paged_decode_mma_kernel<KV, head_dim> (KV bf16 or f16; head_dim 64 or 128).
+template <class KV>
+void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
+  auto launch = [&](auto d_c) {
+    constexpr int kD = decltype(d_c)::value;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, kD>;
+    static const cudaError_t configured =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    if (configured != cudaSuccess) return;
+    kernel<<<grid, kDecodeThreads, kBytes, stream>>>(prm);
+  };
+  if (head_dim == 64) launch(std::integral_constant<int, 64>{});
+  else launch(std::integral_constant<int, 128>{});
+}
+
+}  // namespace pagedattn::cuda

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Markdown table of pagedattn's CUDA decode records beside the competitor records of the same
+run: results_table.py PAGEDATTN_JSON COMPETITOR_JSON. Both files hold one JSON object a line."""
+import json
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    ours, theirs = load(sys.argv[1]), load(sys.argv[2]) if len(sys.argv) > 2 else []
+    best = {}
+    for r in theirs:
+        if "time_us_median" not in r:
+            continue
+        key = (r["shape"], r["num_q_heads"], r["num_kv_heads"])
+        if key not in best or r["time_us_median"] < best[key]["time_us_median"]:
+            best[key] = r
+    print(f"Device: {ours[0]['device'] if ours else '?'}; copy ceiling {ours[0]['ceiling_gbps']:.0f} GB/s" if ours else "")
+    print()
+    print("| shape | heads q/kv | kv dtype | page | time µs (median) | GB/s | % of copy ceiling | fastest SDPA | SDPA µs | speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in ours:
+        key = (r["shape"], r["num_q_heads"], r["num_kv_heads"])
+        comp = best.get(key) if r["kv_dtype"] == "bf16" and r["page_size"] == 16 else None
+        comp_cols = (f"{comp['backend']} | {comp['time_us_median']:.1f} | {comp['time_us_median'] / r['time_us_median']:.2f}x"
+                     if comp else "- | - | -")
+        print(f"| {r['shape']} | {r['num_q_heads']}/{r['num_kv_heads']} | {r['kv_dtype']} | {r['page_size']} | "
+              f"{r['time_us_median']:.1f} | {r['achieved_gbps']:.0f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU workflow in one call, on a machine with an NVIDIA GPU, nvcc and CMake:
+#   1. configure and build the CUDA configuration (build-gpu/, sm_90 unless CUDA_ARCHS is set);
+#   2. run the `cuda` tests and the `sanitizer` tests (compute-sanitizer memcheck, racecheck);
+#   3. run `pagedattn bench decode --device cuda` and bench/torch_sdpa_decode.py (PyTorch SDPA
+#      on a contiguous cache, the competitor) in the same call;
+#   4. write the JSON records and a Markdown table to RESULTS_DIR (default: $OUT if set, else
+#      bench/results/local).
+# Build dependencies missing on the machine are taken from .deps/*.deb (tools/device/fetch_deps.sh).
+# Usage: tools/device/run_gpu_suite.sh [--skip-build] [--skip-tests] [--skip-bench]
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$PWD
+RESULTS_DIR=${RESULTS_DIR:-${OUT:-$ROOT/bench/results/local}}
+mkdir -p "$RESULTS_DIR"
+JOBS=${JOBS:-$(nproc)}
+skip_build=0 skip_tests=0 skip_bench=0
+for arg in "$@"; do
+  case $arg in
+    --skip-build) skip_build=1 ;;
+    --skip-tests) skip_tests=1 ;;
+    --skip-bench) skip_bench=1 ;;
+    *) echo "unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+status=0
+log() { printf '\n==> %s\n' "$*"; }
+
+prefix_args=()
+if ! ls /usr/lib/x86_64-linux-gnu/cmake/hwy >/dev/null 2>&1 && ls .deps/*.deb >/dev/null 2>&1; then
+  DEPS=/tmp/pagedattn-deps
+  log "unpacking .deps/*.deb into $DEPS"
+  for deb in .deps/*.deb; do dpkg -x "$deb" "$DEPS"; done
+  prefix_args=(-DCMAKE_PREFIX_PATH="$DEPS/usr" -DCMAKE_INCLUDE_PATH="$DEPS/usr/include")
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$RESULTS_DIR/gpu.txt"
+if ((!skip_build)); then
+  log "building the CUDA configuration"
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" "${prefix_args[@]}" >"$RESULTS_DIR/configure.log" 2>&1 \
+    || { tail -30 "$RESULTS_DIR/configure.log"; exit 1; }
+  cmake --build build-gpu -j "$JOBS" >"$RESULTS_DIR/build.log" 2>&1 || { grep -E "error" -A3 "$RESULTS_DIR/build.log" | head -40; exit 1; }
+fi
+if ((!skip_tests)); then
+  log "cuda tests"
+  ctest --test-dir build-gpu -L cuda --output-on-failure -j 4 >"$RESULTS_DIR/ctest_cuda.log" 2>&1 || status=1
+  tail -4 "$RESULTS_DIR/ctest_cuda.log"
+  log "sanitizer tests"
+  ctest --test-dir build-gpu -L sanitizer --output-on-failure >"$RESULTS_DIR/ctest_sanitizer.log" 2>&1 || status=1
+  grep -E "ERROR SUMMARY|tests passed|Passed|Failed" "$RESULTS_DIR/ctest_sanitizer.log" | tail -8
+fi
+if ((!skip_bench)); then
+  log "decode benchmark"
+  build-gpu/pagedattn bench decode --device cuda --standard-shapes --json --out "$RESULTS_DIR/decode_cuda.json" >/dev/null || status=1
+  log "PyTorch SDPA on the same shapes"
+  PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_decode.py --out "$RESULTS_DIR/decode_torch.json" >/dev/null || status=1
+  python3 tools/device/results_table.py "$RESULTS_DIR/decode_cuda.json" "$RESULTS_DIR/decode_torch.json" \
+    | tee "$RESULTS_DIR/decode.md"
+fi
+exit $status
