@@ -9,8 +9,11 @@ cd "$ROOT"
 
 ensure_packages
 
-configure build -DCMAKE_BUILD_TYPE=Release
+configure build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"
 build build
+# Tests run two at a time on few cores: OpenMP workers that spin while waiting would steal the
+# cores their peers need, so they sleep instead.
+export OMP_WAIT_POLICY=PASSIVE
 log "ctest (Release)"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
