@@ -61,6 +61,91 @@ __device__ __forceinline__ std::int64_t num_splits_of(const DecodeKernelParams& 
   return len <= prm.partition_tokens ? 1 : ceil_div(len, prm.partition_tokens);
 }
 
+// What one decode CTA works on: (sequence, KV head, tile of query heads, key split).
+struct DecodeCta {
+  std::int64_t s = 0, split = 0, n_splits = 1;
+  int kv_head = 0, group = 1, g0 = 0, n_g = 0;
+  detail::SeqPages pages;
+  std::int64_t q_pos = 0;             // the query's position, relative to this row's key 0
+  std::int64_t t_begin = 0, t_end = 0;  // keys [t_begin, t_end) of the split, window applied
+};
+
+// Fills `cta` from the block index; false when the block has no split of its sequence to do.
+__device__ __forceinline__ bool init_cta(const DecodeKernelParams& prm, int g_tile, DecodeCta& cta) {
+  const detail::AttentionProblem& p = prm.p;
+  cta.s = blockIdx.z;
+  cta.split = blockIdx.x;
+  cta.kv_head = static_cast<int>(blockIdx.y) / prm.head_tiles;
+  cta.group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
+  cta.g0 = (static_cast<int>(blockIdx.y) % prm.head_tiles) * g_tile;
+  cta.n_g = min(g_tile, cta.group - cta.g0);
+  cta.pages = p.pages_of(cta.s);
+  cta.n_splits = num_splits_of(prm, cta.pages.kv_len);
+  if (cta.split >= cta.n_splits) return false;
+  cta.q_pos = p.query_end(cta.s) - 1 - p.key_offset(cta.s);
+  cta.t_begin = cta.split * prm.partition_tokens;
+  cta.t_end = min(cta.pages.kv_len, cta.t_begin + prm.partition_tokens);
+  // Keys left of the sliding window are masked for the (last-position) query: never read them.
+  if (p.variant.window_left >= 0) cta.t_begin = max(cta.t_begin, cta.q_pos - p.variant.window_left);
+  return true;
+}
+
+// Stages the page ids of pages [cp0, cp1) of the CTA's sequence into s_pages (whole CTA).
+__device__ __forceinline__ void stage_pages(const DecodeCta& cta, std::int64_t cp0, std::int64_t cp1,
+                                            std::int32_t* s_pages) {
+  __syncthreads();  // the previous chunk's ids are no longer read
+  for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += kDecodeThreads) {
+    s_pages[i] = static_cast<std::int32_t>(cta.pages.page(cp0 + i));
+  }
+  __syncthreads();
+}
+
+// Merges the n_states partial states the CTA left in shared memory (state r, head g: max
+// s_m[r * g_stride + g] and sum s_l[...] in base 2, unnormalised output at
+// s_acc[(r * g_stride + g) * acc_stride + d]) and writes the result: the final output and LSE
+// (with sinks) when the sequence has one split, else the split's f32 partial state.
+__device__ __forceinline__ void write_cta_result(const DecodeKernelParams& prm, const DecodeCta& cta,
+                                                 const float* s_m, const float* s_l, const float* s_acc,
+                                                 int n_states, int g_stride, int acc_stride, float v_scale) {
+  const detail::AttentionProblem& p = prm.p;
+  const int D = static_cast<int>(p.head_dim);
+  const float neg_inf = detail::kNegInf;
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  for (int idx = threadIdx.x; idx < cta.n_g * D; idx += kDecodeThreads) {
+    const int g = idx / D, d = idx % D;
+    const std::int64_t h = static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0 + g;
+    float M = neg_inf;
+    for (int r = 0; r < n_states; ++r) M = fmaxf(M, s_m[r * g_stride + g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != neg_inf) {
+      for (int r = 0; r < n_states; ++r) {
+        const float w = exp2f(s_m[r * g_stride + g] - M);
+        L += w * s_l[r * g_stride + g];
+        O += w * s_acc[(r * g_stride + g) * acc_stride + d];
+      }
+    }
+    if (cta.n_splits > 1) {
+      const std::int64_t part = (cta.s * prm.max_splits + cta.split) * p.num_q_heads + h;
+      prm.part_o[part * D + d] = L > 0.0f ? O / L * v_scale : 0.0f;
+      if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : neg_inf;
+      continue;
+    }
+    if (p.variant.sinks) {  // an extra denominator term with no value
+      const float sink = p.variant.sinks[h] * kLog2e;
+      const float M2 = fmaxf(M, sink);
+      L = L * exp2f(M - M2) + exp2f(sink - M2);
+      O *= exp2f(M - M2);
+      M = M2;
+    }
+    std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+    store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L * v_scale : 0.0f);
+    if (d == 0 && p.qo.lse) {
+      p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
+          L > 0.0f ? (M + log2f(L)) * kLn2 : neg_inf;
+    }
+  }
+}
+
 // ---- cp.async (sm_80+): global -> shared copies that do not occupy registers ----------------
 
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
@@ -75,38 +160,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// Converts 8 elements of KV type held in shared memory (or any generic address) to floats.
-template <class KV>
-__device__ __forceinline__ void convert8(const void* raw, float (&f)[8]) {
-  if constexpr (std::is_same_v<KV, float>) {
-    const float4 a = static_cast<const float4*>(raw)[0], b = static_cast<const float4*>(raw)[1];
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
-    const uint4 r = *static_cast<const uint4*>(raw);
-    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 v;
-      if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
-        v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-      } else {
-        v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      }
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
-    }
-  } else {
-    constexpr auto kind = std::is_same_v<KV, Fp8E4M3> ? __NV_E4M3 : __NV_E5M2;
-    const uint2 r = *static_cast<const uint2*>(raw);
-    const std::uint32_t w[2] = {r.x, r.y};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      fp8x2_to_float2(static_cast<std::uint16_t>(w[i] & 0xffffu), kind, f[4 * i], f[4 * i + 1]);
-      fp8x2_to_float2(static_cast<std::uint16_t>(w[i] >> 16), kind, f[4 * i + 2], f[4 * i + 3]);
-    }
-  }
 }
 
 // Shared memory of one CTA: the staged page ids, then a region used first by the cp.async
@@ -144,23 +197,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   unsigned char* s_region = smem + kPageChunk * 4;
 
   const detail::AttentionProblem& p = prm.p;
-  const std::int64_t s = blockIdx.z;
-  const std::int64_t split = blockIdx.x;
-  const int kv_head = static_cast<int>(blockIdx.y) / prm.head_tiles;
-  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
-  const int g0 = (static_cast<int>(blockIdx.y) % prm.head_tiles) * kG;
-  const int n_g = min(kG, group - g0);
-  const detail::SeqPages pages = p.pages_of(s);
-  const std::int64_t len = pages.kv_len;
-  const std::int64_t n_splits = num_splits_of(prm, len);
-  if (split >= n_splits) return;
-
+  DecodeCta cta;
+  if (!init_cta(prm, kG, cta)) return;
+  const std::int64_t s = cta.s, q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
+  const int kv_head = cta.kv_head, group = cta.group, g0 = cta.g0, n_g = cta.n_g;
   const std::int64_t P = p.kv.page_size;
-  const std::int64_t q_pos = p.query_end(s) - 1 - p.key_offset(s);  // relative to key 0 here
-  std::int64_t t_begin = split * prm.partition_tokens;
-  const std::int64_t t_end = min(len, t_begin + prm.partition_tokens);
-  // Keys left of the sliding window are masked for the (last-position) query: never read them.
-  if (p.variant.window_left >= 0) t_begin = max(t_begin, q_pos - p.variant.window_left);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row_in_warp = lane / kLanes;
@@ -258,11 +299,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
     const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
-    __syncthreads();
-    for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += kDecodeThreads) {
-      s_pages[i] = static_cast<std::int32_t>(pages.page(cp0 + i));
-    }
-    __syncthreads();
+    stage_pages(cta, cp0, cp1, s_pages);
     const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
     // Element offset of token t's row (this lane's dims) for K and V.
     auto row_offsets = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
@@ -357,40 +394,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int i = 0; i < 8; ++i) s_acc[(row * kG + g) * Smem::kDMax + d0 + i] = acc[g][i];
   }
   __syncthreads();
-  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
-  for (int idx = threadIdx.x; idx < n_g * D; idx += kDecodeThreads) {
-    const int g = idx / D, d = idx % D;
-    const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
-    float M = kNegInf;
-    for (int r = 0; r < kRows; ++r) M = fmaxf(M, s_m[r * kG + g]);
-    float L = 0.0f, O = 0.0f;
-    if (M != kNegInf) {
-      for (int r = 0; r < kRows; ++r) {
-        const float w = exp2f(s_m[r * kG + g] - M);
-        L += w * s_l[r * kG + g];
-        O += w * s_acc[(r * kG + g) * Smem::kDMax + d];
-      }
-    }
-    if (n_splits > 1) {
-      const std::int64_t part = (s * prm.max_splits + split) * p.num_q_heads + h;
-      prm.part_o[part * D + d] = L > 0.0f ? O / L * v_scale : 0.0f;
-      if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
-      continue;
-    }
-    if (p.variant.sinks) {  // an extra denominator term with no value
-      const float sink = p.variant.sinks[h] * kLog2e;
-      const float M2 = fmaxf(M, sink);
-      L = L * exp2f(M - M2) + exp2f(sink - M2);
-      O *= exp2f(M - M2);
-      M = M2;
-    }
-    std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
-    store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L * v_scale : 0.0f);
-    if (d == 0 && p.qo.lse) {
-      p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
-          L > 0.0f ? (M + log2f(L)) * kLn2 : kNegInf;
-    }
-  }
+  write_cta_result(prm, cta, s_m, s_l, s_acc, kRows, kG, Smem::kDMax, v_scale);
 }
 
 // Combines the splits of every (sequence, query head) that was split, applying the sinks.

@@ -84,22 +84,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   unsigned char* s_region = smem + kPageChunk * 4;
 
   const detail::AttentionProblem& p = prm.p;
-  const std::int64_t s = blockIdx.z;
-  const std::int64_t split = blockIdx.x;
-  const int kv_head = static_cast<int>(blockIdx.y) / prm.head_tiles;
-  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
-  const int g0 = (static_cast<int>(blockIdx.y) % prm.head_tiles) * kG;
-  const int n_g = min(kG, group - g0);
-  const detail::SeqPages pages = p.pages_of(s);
-  const std::int64_t len = pages.kv_len;
-  const std::int64_t n_splits = num_splits_of(prm, len);
-  if (split >= n_splits) return;
-
+  DecodeCta cta;
+  if (!init_cta(prm, kG, cta)) return;
+  const std::int64_t s = cta.s, q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
+  const int kv_head = cta.kv_head, group = cta.group, g0 = cta.g0, n_g = cta.n_g;
   const std::int64_t P = p.kv.page_size;
-  const std::int64_t q_pos = p.query_end(s) - 1 - p.key_offset(s);
-  std::int64_t t_begin = split * prm.partition_tokens;
-  const std::int64_t t_end = min(len, t_begin + prm.partition_tokens);
-  if (p.variant.window_left >= 0) t_begin = max(t_begin, q_pos - p.variant.window_left);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
@@ -152,11 +141,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
     const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
-    __syncthreads();
-    for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += kDecodeThreads) {
-      s_pages[i] = static_cast<std::int32_t>(pages.page(cp0 + i));
-    }
-    __syncthreads();
+    stage_pages(cta, cp0, cp1, s_pages);
     const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
     const std::int64_t n_tiles = ceil_div(c_end - c_begin, kTokens);
     const std::int64_t n_mine = n_tiles > warp ? ceil_div(n_tiles - warp, kWarps) : 0;
@@ -290,40 +275,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
   }
   __syncthreads();
-  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
-  for (int idx = threadIdx.x; idx < n_g * kD; idx += kDecodeThreads) {
-    const int g = idx / kD, d = idx % kD;
-    const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
-    float M = kNegInf;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w * kG + g]);
-    float L = 0.0f, O = 0.0f;
-    if (M != kNegInf) {
-      for (int w = 0; w < kWarps; ++w) {
-        const float wt = exp2f(s_m[w * kG + g] - M);
-        L += wt * s_l[w * kG + g];
-        O += wt * s_acc[(w * kG + g) * kD + d];
-      }
-    }
-    if (n_splits > 1) {
-      const std::int64_t part = (s * prm.max_splits + split) * p.num_q_heads + h;
-      prm.part_o[part * kD + d] = L > 0.0f ? O / L : 0.0f;
-      if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
-      continue;
-    }
-    if (p.variant.sinks) {
-      const float sink = p.variant.sinks[h] * kLog2e;
-      const float M2 = fmaxf(M, sink);
-      L = L * exp2f(M - M2) + exp2f(sink - M2);
-      O *= exp2f(M - M2);
-      M = M2;
-    }
-    std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
-    store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L : 0.0f);
-    if (d == 0 && p.qo.lse) {
-      p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
-          L > 0.0f ? (M + log2f(L)) * kLn2 : kNegInf;
-    }
-  }
+  write_cta_result(prm, cta, s_m, s_l, s_acc, kWarps, kG, kD, 1.0f);
 }
 
 // Launches paged_decode_mma_kernel<KV, head_dim> (KV bf16 or f16; head_dim 64 or 128).

@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "pagedattn/dtype.h"
 
@@ -30,20 +31,19 @@ __device__ __forceinline__ void fp8x2_to_float2(std::uint16_t bits, __nv_fp8_int
   b = f.y;
 }
 
-// Loads 8 contiguous elements at p (aligned to 8 elements) into f.
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
-  if constexpr (std::is_same_v<T, float>) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+// Converts 8 consecutive elements of a KV type (16-byte aligned, any address space) to floats.
+template <class KV>
+__device__ __forceinline__ void convert8(const void* raw, float (&f)[8]) {
+  if constexpr (std::is_same_v<KV, float>) {
+    const float4 a = static_cast<const float4*>(raw)[0], b = static_cast<const float4*>(raw)[1];
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  } else if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
+    const uint4 r = *static_cast<const uint4*>(raw);
+    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float2 v;
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
         v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
       } else {
         v = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
@@ -52,9 +52,9 @@ __device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
       f[2 * i + 1] = v.y;
     }
   } else {
-    constexpr auto kind = std::is_same_v<T, Fp8E4M3> ? __NV_E4M3 : __NV_E5M2;
-    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
-    const std::uint32_t w[2] = {raw.x, raw.y};
+    constexpr auto kind = std::is_same_v<KV, Fp8E4M3> ? __NV_E4M3 : __NV_E5M2;
+    const uint2 r = *static_cast<const uint2*>(raw);
+    const std::uint32_t w[2] = {r.x, r.y};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       fp8x2_to_float2(static_cast<std::uint16_t>(w[i] & 0xffffu), kind, f[4 * i], f[4 * i + 1]);
