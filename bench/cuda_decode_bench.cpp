@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "benchmarks.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
@@ -48,11 +49,6 @@ void fill_random(void* dst, std::size_t bytes, DType dtype, std::uint64_t seed) 
     ok(cudaMemcpy(static_cast<std::byte*>(dst) + off, host.data(), std::min(host.size(), bytes - off),
                   cudaMemcpyHostToDevice), "fill");
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Per-replay times (µs) of a captured graph.

@@ -7,14 +7,13 @@
 // ids; when one KV set is smaller than kMinPoolBytes, several sets are rotated between
 // iterations so that successive runs do not find the previous run's KV in the caches.
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "benchmarks.h"
 #include "pagedattn/context.h"
 #include "pagedattn/ops.h"
@@ -27,30 +26,6 @@ namespace {
 
 constexpr std::int64_t kMinPoolBytes = std::int64_t{256} << 20;  // K + V over all sets
 constexpr std::int64_t kMaxSets = 8;
-
-// Uniform floats in [-1, 1) written as `dtype` (fp8 in the scale's units: x / scale).
-void fill_random(std::vector<std::byte>& buf, DType dtype, std::int64_t count, float scale,
-                 std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (std::int64_t i = 0; i < count; ++i) store_from_float(buf.data(), dtype, i, uni(rng) / scale);
-}
-
-std::string cpu_model_name() {
-  std::ifstream info("/proc/cpuinfo");
-  for (std::string line; std::getline(info, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "cpu";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -70,18 +45,21 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
 
   say("prefill: filling " + std::to_string(sets) + " KV set(s) of " +
       std::to_string(set_bytes >> 20) + " MiB");
-  std::mt19937_64 rng(c.seed);
+  // Uniform values in [-1, 1]; fp8 is stored in the scale's units (x / scale).
   const float fp8_scale = is_fp8(c.dtype) ? 1.0f / 64.0f : 1.0f;
+  const double kv_bound = 1.0 / fp8_scale;
   std::vector<std::byte> k_pool(static_cast<std::size_t>(spec.bytes_per_tensor()));
   std::vector<std::byte> v_pool(k_pool.size());
-  fill_random(k_pool, c.dtype, spec.elements_per_tensor(), fp8_scale, rng);
-  fill_random(v_pool, c.dtype, spec.elements_per_tensor(), fp8_scale, rng);
+  fill_random(k_pool.data(), c.dtype, spec.elements_per_tensor(), c.seed, -kv_bound, kv_bound,
+              c.num_threads);
+  fill_random(v_pool.data(), c.dtype, spec.elements_per_tensor(), c.seed + 1, -kv_bound, kv_bound,
+              c.num_threads);
   PagedKV cache = spec.make_views(k_pool.data(), v_pool.data());
   cache.k_scale = cache.v_scale = fp8_scale;
 
   std::vector<std::int32_t> ids(static_cast<std::size_t>(spec.num_pages));
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(c.seed));
   // Each KV set is a page table over its own (shuffled) share of the pool.
   std::vector<BlockTableData> kv_sets(static_cast<std::size_t>(sets));
   for (std::int64_t s = 0; s < sets; ++s) {
@@ -97,7 +75,7 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
   const std::int64_t row = c.num_q_heads * c.head_dim;
   std::vector<std::byte> q(static_cast<std::size_t>(total_q * row) * dtype_size(c.dtype));
   std::vector<std::byte> out(q.size());
-  fill_random(q, c.dtype, total_q * row, 1.0f, rng);
+  fill_random(q.data(), c.dtype, total_q * row, c.seed + 2, -1.0, 1.0, c.num_threads);
   std::vector<std::int32_t> indptr(static_cast<std::size_t>(c.batch + 1));
   for (std::int64_t s = 0; s <= c.batch; ++s) {
     indptr[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(s * c.new_tokens);
@@ -116,51 +94,33 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
   const double flops = 4.0 * static_cast<double>(c.batch) * pairs_per_seq *
                        static_cast<double>(c.head_dim * c.num_q_heads);
 
-  std::vector<double> times_us;
-  for (int it = 0; it < c.warmup + c.iterations; ++it) {
-    const BlockTable table = kv_sets[static_cast<std::size_t>(it % sets)].view();
-    const auto start = std::chrono::steady_clock::now();
-    prefill(ctx, q_view, indptr_view, cache, table, params, out_view);
-    const auto stop = std::chrono::steady_clock::now();
-    if (it >= c.warmup) {
-      times_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-    }
-  }
+  std::vector<BlockTable> tables;
+  for (BlockTableData& t : kv_sets) tables.push_back(t.view());
+  const Timing timing = time_calls(
+      [&](int call) {
+        const BlockTable& table = tables[static_cast<std::size_t>(call) % tables.size()];
+        prefill(ctx, q_view, indptr_view, cache, table, params, out_view);
+      },
+      c.warmup, c.iterations);
 
   say("prefill: measuring the fp32 FMA peak");
   const double peak_gflops = measure_fp32_fma_peak_gflops(c.num_threads);
-  const double t_med = median(times_us);
-  const double t_min = *std::min_element(times_us.begin(), times_us.end());
-  const double gflops = flops / (t_med * 1e3);
 
-  nlohmann::json r;
-  r["op"] = "prefill";
-  r["backend"] = "cpu";
-  r["device"] = cpu_model_name();
-  r["simd_target"] = cpu_simd_target();
+  const RecordCase rc{"prefill", c.dtype, c.dtype, c.layout, c.page_size, c.num_q_heads,
+                      c.num_kv_heads, c.head_dim, c.batch,
+                      std::to_string(c.batch) + " x (" + std::to_string(c.cached_tokens) +
+                          " cached + " + std::to_string(c.new_tokens) + " new)",
+                      c.num_threads};
+  nlohmann::json r = make_record(rc, timing);
   r["threads"] = c.num_threads > 0 ? c.num_threads : cpu_hardware_threads();
-  r["dtype"] = std::string(to_string(c.dtype));
-  r["kv_dtype"] = std::string(to_string(c.dtype));
-  r["layout"] = std::string(to_string(c.layout));
-  r["page_size"] = c.page_size;
-  r["num_q_heads"] = c.num_q_heads;
-  r["num_kv_heads"] = c.num_kv_heads;
-  r["head_dim"] = c.head_dim;
-  r["batch"] = c.batch;
   r["causal"] = c.causal;
   r["new_tokens"] = c.new_tokens;
   r["cached_tokens"] = c.cached_tokens;
-  r["seq_lens_desc"] = std::to_string(c.batch) + " x (" + std::to_string(c.cached_tokens) +
-                       " cached + " + std::to_string(c.new_tokens) + " new)";
   r["kv_sets"] = sets;
   r["iterations"] = c.iterations;
-  r["time_us_median"] = t_med;
-  r["time_us_min"] = t_min;
-  r["achieved_gflops"] = gflops;
-  r["achieved_tflops"] = gflops / 1e3;
-  r["ceiling_tflops"] = peak_gflops / 1e3;
+  add_throughput(r, flops, peak_gflops / 1e3);
+  r["achieved_gflops"] = r["achieved_tflops"].get<double>() * 1e3;
   r["ceiling"] = "fp32 FMA peak, measured in this run";
-  r["ratio_to_ceiling"] = gflops / peak_gflops;
   return {r};
 }
 

@@ -21,6 +21,7 @@ int main() {
   const Context ctx = Context::cpu();
   append_kv(ctx, cache, TensorView(k.data(), DType::kF32, {40, 2, 64}),
             TensorView(v.data(), DType::kF32, {40, 2, 64}), TensorView(slots.data(), DType::kI64, {40}));
+  manager.mark_computed(seq, 40);  // its full pages may now serve prefix hits
 
   // Decode one query token (8 query heads share the 2 KV heads) through the page table.
   BlockTableData table = manager.block_table(std::vector<SeqId>{seq});

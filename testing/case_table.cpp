@@ -330,6 +330,37 @@ void random_group(Table& t, int count) {
     t.add(c, "random");
   }
 }
+// bf16 q/KV/out decode, which has its own dot-product kernels on CPUs with AVX512-BF16: every
+// head dim x group size (4, 2 and 1-head tiles, padded 32-dim chunks), blocks with odd and
+// non-multiple-of-4 key counts, both dim-contiguous layouts, and the score variants.
+void bf16_decode_group(Table& t) {
+  std::size_t i = 0;
+  for (std::int64_t d : kHeadDims) {
+    for (std::int64_t g : {1, 4, 5, 8}) {
+      AttentionCase c;
+      c.op = i % 3 == 2 ? Op::kDecodeSplitK : i % 5 == 4 ? Op::kCascade : Op::kDecode;
+      c.head_dim = d;
+      c.num_kv_heads = 1 + static_cast<std::int64_t>(i % 3);
+      c.num_q_heads = g * c.num_kv_heads;
+      c.layout = i % 2 ? KVLayout::kHND : KVLayout::kNHD;
+      c.kv_dtype = DType::kBF16;
+      c.q_dtype = DType::kBF16;
+      c.page_size = pick(std::array<std::int64_t, 3>{16, 3, 1}, i);
+      c.kv_lens = {1, 67, 130, 6};
+      if (c.op == Op::kCascade) {
+        c.shared_prefix = 5;
+        c.kv_lens = {6, 72, 135, 11};
+      }
+      c.window_left = i % 4 == 1 ? 40 : -1;
+      c.soft_cap = i % 4 == 2 ? 10.0f : 0.0f;
+      c.alibi = i % 4 == 3;
+      c.sinks = i % 3 == 0;
+      rotate_rest(c, i);
+      t.add(c, "bf16-decode", true);
+      ++i;
+    }
+  }
+}
 }  // namespace
 
 std::vector<AttentionCase> standard_cases(bool quick) {
@@ -341,6 +372,7 @@ std::vector<AttentionCase> standard_cases(bool quick) {
   prefill_group(t);
   cascade_group(t);
   random_group(t, 120);
+  bf16_decode_group(t);
   return t.take();
 }
 

@@ -123,6 +123,23 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
 }
 #endif
 
+// Copies the options both CPU benchmarks share into their config (DecodeBenchConfig or
+// PrefillBenchConfig); iterations, warm-up and batch keep the config's defaults when not given.
+template <typename Config>
+void apply_shared_options(const BenchOptions& o, Config& c) {
+  const HeadCounts heads = parse_heads(o.heads);
+  c.num_threads = o.threads;
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+  c.layout = parse_kv_layout(o.layout);
+  c.page_size = o.page_size;
+  c.num_q_heads = heads.num_q_heads;
+  c.num_kv_heads = heads.num_kv_heads;
+  c.head_dim = o.head_dim;
+  if (o.batch > 0) c.batch = o.batch;
+  c.seed = o.seed;
+}
+
 int run_decode(const BenchOptions& o) {
 #if defined(PAGEDATTN_BENCH_CUDA)
   if (const Device device = resolve_device(o.device); device.type == DeviceType::kCUDA) {
@@ -131,22 +148,12 @@ int run_decode(const BenchOptions& o) {
 #endif
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
   require_cpu(o);
-  const HeadCounts heads = parse_heads(o.heads);
   bench::DecodeBenchConfig c;
-  c.num_threads = o.threads;
-  if (o.iters > 0) c.iterations = o.iters;
-  if (o.warmup >= 0) c.warmup = o.warmup;
+  apply_shared_options(o, c);
   c.q_dtype = parse_dtype(o.q_dtype);
   c.kv_dtypes.clear();
   for (const std::string& d : o.kv_dtypes) c.kv_dtypes.push_back(parse_dtype(d));
-  c.layout = parse_kv_layout(o.layout);
-  c.page_size = o.page_size;
-  c.num_q_heads = heads.num_q_heads;
-  c.num_kv_heads = heads.num_kv_heads;
-  c.head_dim = o.head_dim;
-  c.batch = o.batch > 0 ? o.batch : 16;
   c.seq_len = o.seq_len;
-  c.seed = o.seed;
   ProgressLine progress(stderr);
   auto records = bench::run_decode_bench(c, [&](const std::string& m) { progress.update(m); });
   progress.finish();
@@ -155,22 +162,12 @@ int run_decode(const BenchOptions& o) {
 
 int run_prefill(const BenchOptions& o) {
   require_cpu(o);
-  const HeadCounts heads = parse_heads(o.heads);
   bench::PrefillBenchConfig c;
-  c.num_threads = o.threads;
-  if (o.iters > 0) c.iterations = o.iters;
-  if (o.warmup >= 0) c.warmup = o.warmup;
+  apply_shared_options(o, c);
   c.dtype = parse_dtype(o.dtype);
-  c.layout = parse_kv_layout(o.layout);
-  c.page_size = o.page_size;
-  c.num_q_heads = heads.num_q_heads;
-  c.num_kv_heads = heads.num_kv_heads;
-  c.head_dim = o.head_dim;
-  c.batch = o.batch > 0 ? o.batch : 1;
   c.new_tokens = o.new_tokens;
   c.cached_tokens = o.cached_tokens;
   c.causal = !o.non_causal;
-  c.seed = o.seed;
   ProgressLine progress(stderr);
   auto records = bench::run_prefill_bench(c, [&](const std::string& m) { progress.update(m); });
   progress.finish();

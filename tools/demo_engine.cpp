@@ -3,7 +3,8 @@
 // Each step: decodes first (one token each, preempting the newest sequence when the pool is
 // full), then prefill chunks of running sequences, then new admissions, all under one token
 // budget. Then, in the order a real engine would: copy-on-write page copies, K/V writes into the
-// slots the manager assigned, attention (prefill for chunks, decode for single tokens), each
+// slots the manager assigned (then reported with mark_computed, which is what makes full pages
+// available to prefix hits), attention (prefill for chunks, decode for single tokens), each
 // call repeated with the reference implementation and compared.
 #include <algorithm>
 #include <cmath>
@@ -139,6 +140,7 @@ class Engine {
       const AddedSequence added = manager_.add_sequence(prompt);
       w.id = added.id;
       w.prefix_hit = w.computed = added.num_cached_tokens;
+      check_prefix_hit(w);
       const std::int64_t chunk = std::min(w.prompt_len - w.computed, budget);
       prefills.push_back({&w, w.computed, w.computed + chunk});
       budget -= chunk;
@@ -157,14 +159,11 @@ class Engine {
                   TensorView(mapping.data(), DType::kI64, {static_cast<std::int64_t>(copies.size()), 2}));
       stats_.cow_copies += static_cast<std::int64_t>(copies.size());
     }
-    // 5. K/V of every new token, then the prefix hits that their first owner has not written
-    //    yet (it may still be prefilling, or have been preempted before it did).
+    // 5. K/V of every new token; only once they are written may their pages serve prefix hits.
     std::vector<Work> writes = decodes;
     writes.insert(writes.end(), prefills.begin(), prefills.end());
     write_kv(writes);
-    for (const Work& w : prefills) {
-      if (w.begin == w.seq->prefix_hit && w.seq->prefix_hit > 0) fill_missing_prefix(*w.seq);
-    }
+    for (const Work& w : writes) manager_.mark_computed(w.seq->id, w.end);
     // 6. Attention, alternating page-table formats when asked to.
     const bool csr = o_.page_table == "csr" || (o_.page_table == "alternate" && stats_.steps % 2 == 1);
     if (!decodes.empty()) attend(decodes, /*is_decode=*/true, csr, verify);
@@ -274,21 +273,19 @@ class Engine {
               TensorView(slots.data(), DType::kI64, {n}));
   }
 
-  void fill_missing_prefix(Seq& s) {
-    std::vector<std::int64_t> missing;
+  // A prefix hit must come with its K/V already written: the manager registers pages only once
+  // mark_computed reports them. A hit token that does not read back is a manager bug, counted
+  // both as a hit token written late and as a KV mismatch (which fails the demo).
+  void check_prefix_hit(const Seq& s) {
     for (std::int64_t pos = 0; pos < s.prefix_hit; ++pos) {
-      if (!pool_.holds(manager_.slot(s.id, pos), s.tokens[static_cast<std::size_t>(pos)], pos)) {
-        missing.push_back(pos);
+      if (pool_.holds(manager_.slot(s.id, pos), s.tokens[static_cast<std::size_t>(pos)], pos)) continue;
+      ++stats_.prefix_tokens_rewritten;
+      if (++stats_.kv_mismatches <= kMaxReportedMismatches) {
+        fmt::print(stderr, "\nKV MISMATCH: sequence {} prefix hit position {} (slot {}) holds no K/V yet\n",
+                   s.uid, pos, manager_.slot(s.id, pos));
       }
     }
-    // Runs of missing positions become one write each.
-    for (std::size_t i = 0; i < missing.size();) {
-      std::size_t j = i + 1;
-      while (j < missing.size() && missing[j] == missing[j - 1] + 1) ++j;
-      write_kv({Work{&s, missing[i], missing[j - 1] + 1}});
-      i = j;
-    }
-    stats_.prefix_tokens_rewritten += static_cast<std::int64_t>(missing.size());
+    stats_.kv_tokens_checked += s.prefix_hit;
   }
 
   void attend(const std::vector<Work>& work, bool is_decode, bool csr, bool verify);

@@ -5,6 +5,13 @@
 // copy-on-write when a shared, partly filled last page is appended to, prefix caching of full
 // pages by chained hashes, and LRU eviction of cached pages nobody references.
 //
+// Reserving slots and writing K/V into them are separate steps (chunked prefill writes a prompt
+// over several steps; a sequence can be preempted in between), so a full page becomes available
+// to prefix hits only once the caller reports its K/V written with mark_computed: a reserved
+// but uncomputed page is never hit. Prefix hits of add_sequence count as computed (num_computed
+// starts at num_cached_tokens); fork copies the parent's computed count; freeing a partly
+// computed sequence simply releases its uncomputed pages, which were never registered.
+//
 // Queries (can_*) are const; the commits that follow a true answer cannot fail.
 // Every commit either succeeds or throws Error and changes nothing.
 #pragma once
@@ -83,11 +90,17 @@ class KVCacheManager {
   std::vector<PageCopy> append(SeqId seq, std::span<const TokenId> tokens);
   // A new sequence sharing all of `parent`'s pages (n > 1 sampling, beam search).
   SeqId fork(SeqId parent);
-  // Releases the sequence; its full pages stay in the prefix cache until evicted.
+  // The K/V of the first `num_tokens` tokens of `seq` are now in the cache: its full pages among
+  // them become available to prefix hits. num_tokens must be in [0, length(seq)] (else
+  // kInvalidArgument); a value below the one already marked is a no-op.
+  void mark_computed(SeqId seq, std::int64_t num_tokens);
+  // Releases the sequence; its computed full pages stay in the prefix cache until evicted.
   void free(SeqId seq);
 
   // ---- page tables ----
   std::int64_t length(SeqId seq) const;
+  // Leading tokens of `seq` whose K/V are in the cache (prefix hits and mark_computed).
+  std::int64_t num_computed(SeqId seq) const;
   std::span<const PageId> pages(SeqId seq) const;
   // Cache slot (page * page_size + offset) of token `index` of `seq`.
   std::int64_t slot(SeqId seq, std::int64_t index) const;

@@ -12,6 +12,11 @@
 // unique to each allocation, so a parent that was evicted and reused no longer matches).
 // Matching page i requires its recorded parent to be the page matched for i - 1; by induction
 // the whole prefix is equal.
+//
+// A page is registered only once the caller has marked its tokens computed (mark_computed),
+// never at reservation: until then its slots hold whatever was there before, and a prefix hit on
+// it would read garbage. Each sequence registers its full pages in order, so it tracks how many
+// leading pages are done and keeps the tokens of the rest.
 #include "pagedattn/kv_cache_manager.h"
 
 #include <algorithm>
@@ -50,11 +55,17 @@ struct Sequence {
   std::vector<PageId> pages;  // ceil(length / page_size) pages
   std::int64_t length = 0;
   std::uint64_t salt = 0;
-  // Chain state after the last full page: its hash and the serial of the page that stands for
-  // it in the prefix index (the sequence's own page, or an identical one registered earlier).
+  std::int64_t computed = 0;  // leading tokens whose K/V are written, <= length
+  // Leading pages registered in the prefix index (or chained to an identical registered page);
+  // with prefix caching exactly computed / page_size, without it 0.
+  std::int64_t registered = 0;
+  // Chain state after the last registered page: its hash and the serial of the page that stands
+  // for it in the prefix index (the sequence's own page, or an identical one registered earlier).
   std::uint64_t chain_hash = detail::kPrefixHashRoot;
   std::uint64_t chain_serial = kNoParent;
-  std::vector<TokenId> partial;  // tokens of the partly filled last page (prefix caching only)
+  // Tokens from page `registered` on, which the pages still to be registered are keyed by
+  // (prefix caching only).
+  std::vector<TokenId> pending;
 };
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -195,8 +206,8 @@ struct KVCacheManager::Impl {
            std::equal(tokens.begin(), tokens.end(), tokens_of(p).begin());
   }
 
-  // `p` (held by `s`) has just become full with `tokens`: key it in the prefix index and
-  // advance the sequence's chain.
+  // `p` (held by `s`) is full of computed `tokens`: key it in the prefix index and advance the
+  // sequence's chain.
   void register_full(Sequence& s, PageId p, std::span<const TokenId> tokens) {
     const std::uint64_t h = detail::hash_page(s.chain_hash, s.salt, tokens);
     if (auto it = index.find(h); it != index.end()) {
@@ -272,6 +283,21 @@ struct KVCacheManager::Impl {
     plan.new_pages = ceil_div(n, page_size) + (plan.copy_last ? 1 : 0);
     return plan;
   }
+
+  // Registers the full pages of `s` that the computed prefix now covers, in order: each page's
+  // key chains from the one before.
+  void register_computed(Sequence& s) {
+    const std::int64_t target = s.computed / page_size;
+    if (!caching || target <= s.registered) return;
+    const auto count = static_cast<std::size_t>(target - s.registered);
+    const auto ps = static_cast<std::size_t>(page_size);
+    const std::span<const TokenId> pending(s.pending);
+    for (std::size_t i = 0; i < count; ++i) {
+      register_full(s, s.pages[static_cast<std::size_t>(s.registered) + i], pending.subspan(i * ps, ps));
+    }
+    s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(count * ps));
+    s.registered = target;
+  }
 };
 
 KVCacheManager::KVCacheManager(const KVCacheManagerConfig& config) : impl_(std::make_unique<Impl>(config)) {}
@@ -316,15 +342,10 @@ AddedSequence KVCacheManager::add_sequence(std::span<const TokenId> prompt, std:
   s.pages = match.pages;
   const std::int64_t total = ceil_div(len, m.page_size);
   while (static_cast<std::int64_t>(s.pages.size()) < total) s.pages.push_back(m.allocate());
-  const std::int64_t full = len / m.page_size;
-  if (m.caching) {
-    for (auto i = static_cast<std::int64_t>(match.pages.size()); i < full; ++i) {
-      m.register_full(
-          s, s.pages[static_cast<std::size_t>(i)],
-          prompt.subspan(static_cast<std::size_t>(i * m.page_size), static_cast<std::size_t>(m.page_size)));
-    }
-    s.partial.assign(prompt.begin() + static_cast<std::ptrdiff_t>(full * m.page_size), prompt.end());
-  }
+  // Only the hit pages hold K/V yet; the rest are registered as the caller marks them computed.
+  s.registered = static_cast<std::int64_t>(match.pages.size());
+  s.computed = s.registered * m.page_size;
+  if (m.caching) s.pending.assign(prompt.begin() + static_cast<std::ptrdiff_t>(s.computed), prompt.end());
   m.prefix_queried += match.eligible;
   m.prefix_hit += static_cast<std::int64_t>(match.pages.size());
   m.tokens_stored += len;
@@ -351,16 +372,12 @@ std::vector<PageCopy> KVCacheManager::append(SeqId seq, std::span<const TokenId>
     m.release(shared);  // ref > 1 before, so the page stays used
     copies.push_back({shared, own});
   }
-  for (TokenId t : tokens) {
-    if (s.length % m.page_size == 0) s.pages.push_back(m.allocate());
-    ++s.length;
-    if (!m.caching) continue;
-    s.partial.push_back(t);
-    if (s.length % m.page_size == 0) {
-      m.register_full(s, s.pages.back(), s.partial);
-      s.partial.clear();
-    }
+  const std::int64_t new_length = s.length + static_cast<std::int64_t>(tokens.size());
+  while (static_cast<std::int64_t>(s.pages.size()) < ceil_div(new_length, m.page_size)) {
+    s.pages.push_back(m.allocate());
   }
+  s.length = new_length;
+  if (m.caching) s.pending.insert(s.pending.end(), tokens.begin(), tokens.end());
   m.tokens_stored += static_cast<std::int64_t>(tokens.size());
   return copies;
 }
@@ -373,6 +390,21 @@ SeqId KVCacheManager::fork(SeqId parent) {
   const SeqId id = m.next_id++;
   m.seqs.emplace(id, std::move(child));
   return id;
+}
+
+void KVCacheManager::mark_computed(SeqId seq, std::int64_t num_tokens) {
+  Impl& m = *impl_;
+  Sequence& s = m.seq(seq);
+  if (num_tokens < 0 || num_tokens > s.length) {
+    throw Error(ErrorCode::kInvalidArgument, "num_tokens " + std::to_string(num_tokens) +
+                                                 " out of range [0, " + std::to_string(s.length) +
+                                                 "] of sequence " + std::to_string(seq));
+  }
+  // Callers report progress per step, possibly from stale counts: going back is not an error,
+  // and written K/V cannot become unwritten.
+  if (num_tokens <= s.computed) return;
+  s.computed = num_tokens;
+  m.register_computed(s);
 }
 
 void KVCacheManager::free(SeqId seq) {
@@ -388,6 +420,8 @@ void KVCacheManager::free(SeqId seq) {
 }
 
 std::int64_t KVCacheManager::length(SeqId seq) const { return impl_->seq(seq).length; }
+
+std::int64_t KVCacheManager::num_computed(SeqId seq) const { return impl_->seq(seq).computed; }
 
 std::span<const PageId> KVCacheManager::pages(SeqId seq) const { return impl_->seq(seq).pages; }
 
@@ -476,13 +510,27 @@ void KVCacheManager::check_integrity() const {
       integrity_failure("page count: " + name() + " of length " + std::to_string(s.length) + " holds " +
                         std::to_string(s.pages.size()) + " pages");
     }
-    if (m.caching && static_cast<std::int64_t>(s.partial.size()) != s.length % m.page_size) {
-      integrity_failure("partial page: " + name() + " tracks " + std::to_string(s.partial.size()) +
-                        " tokens of its last page, expected " + std::to_string(s.length % m.page_size));
+    if (s.computed < 0 || s.computed > s.length) {
+      integrity_failure("computed prefix: " + name() + " of length " + std::to_string(s.length) +
+                        " has " + std::to_string(s.computed) + " tokens computed");
+    }
+    // Registering a page beyond the computed prefix would let prefix hits read unwritten slots.
+    if (s.registered != (m.caching ? s.computed / m.page_size : 0)) {
+      integrity_failure("registered pages: " + name() + " has " + std::to_string(s.registered) +
+                        " pages registered with " + std::to_string(s.computed) + " tokens computed");
+    }
+    if (static_cast<std::int64_t>(s.pending.size()) != (m.caching ? s.length - s.registered * m.page_size : 0)) {
+      integrity_failure("pending tokens: " + name() + " tracks " + std::to_string(s.pending.size()) +
+                        " tokens after its registered pages, expected " +
+                        std::to_string(s.length - s.registered * m.page_size));
     }
     for (PageId p : s.pages) {
       if (p < 0 || p >= n) integrity_failure("page id: " + name() + " holds " + page_name(p));
       ++refs[static_cast<std::size_t>(p)];
+    }
+    if (s.length % m.page_size != 0 && m.page(s.pages.back()).registered) {
+      integrity_failure("registered page: " + name() + " holds " + page_name(s.pages.back()) +
+                        " partly filled, yet it is in the prefix index");
     }
     tokens += s.length;
   }

@@ -14,6 +14,9 @@
 //
 // Dim-contiguous layouts (NHD, HND) are read in place in their dtype; other layouts (vLLM
 // split K/V) are first gathered, a page at a time, into an f32 tile [block][head_dim].
+// With q, KV and out all bf16 on a CPU with AVX512-BF16, dim-contiguous rows go through the
+// bf16 dot-product micro-kernels of decode_bf16.h instead of f32 FMAs (half the instructions,
+// no conversions); the online softmax stays here, in f32.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/decode.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -28,7 +31,9 @@
 #include <cstring>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/decode_bf16.h"
 #include "cpu/decode_plan.h"
+#include "cpu/decode_rows.h"
 #include "cpu/kv_rows.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -37,15 +42,18 @@ namespace {
 
 using detail::AttentionProblem;
 
-constexpr std::int64_t kBlock = 64;  // keys per online-softmax step (logits stay in L1)
-constexpr std::int64_t kCacheLine = 64;
-constexpr std::int64_t kAhead = 8;  // tokens between a just-in-time L1 prefetch and its use
+constexpr std::int64_t kBlock = kDecodeBlock;
+constexpr std::int64_t kCacheLine = kDecodeCacheLine;
+constexpr std::int64_t kAhead = kDecodeAhead;
 
 // Per-thread f32 scratch for items of `heads` KV heads.
 struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> q, acc, s, m, l, k_tile, v_tile;
+  // bf16 path: q [heads][group][padded dim] bf16, pair-ordered acc likewise, weight pairs.
+  hwy::AlignedFreeUniquePtr<std::uint16_t[]> q16, pairs;
+  hwy::AlignedFreeUniquePtr<float[]> acc16;
 
-  Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles) {
+  Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles, bool bf16) {
     const auto hg = static_cast<std::size_t>(heads * group);
     const auto hgd = hg * static_cast<std::size_t>(head_dim);
     q = hwy::AllocateAligned<float>(hgd);    // [heads][group][head_dim], pre-scaled
@@ -57,35 +65,12 @@ struct Scratch {
       k_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
       v_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
     }
-  }
-};
-
-// Row pointers of one block of consecutive keys.
-struct BlockRows {
-  const std::byte* k[kBlock];
-  const std::byte* v[kBlock];
-  std::int64_t n = 0;
-};
-
-// Prefetches of the K and V spans of rows [first, first + count) of a block, `bytes` from each
-// row pointer, issued a few rows at a time while a block is computed.
-struct PrefetchStream {
-  const BlockRows* rows = nullptr;
-  std::int64_t first = 0, count = 0, bytes = 0;
-
-  // Issues the next `k` rows' prefetches.
-  HWY_INLINE void step(std::int64_t k) {
-    const std::int64_t end = std::min(count, k);
-    for (std::int64_t i = 0; i < end; ++i) {
-      const std::byte* kr = rows->k[first + i];
-      const std::byte* vr = rows->v[first + i];
-      for (std::int64_t off = 0; off < bytes; off += kCacheLine) {
-        hwy::Prefetch(kr + off);
-        hwy::Prefetch(vr + off);
-      }
+    if (bf16) {
+      const auto padded = hg * static_cast<std::size_t>(bf16_padded_dim(head_dim));
+      q16 = hwy::AllocateAligned<std::uint16_t>(padded);
+      acc16 = hwy::AllocateAligned<float>(padded);
+      pairs = hwy::AllocateAligned<std::uint16_t>(static_cast<std::size_t>(group * kBlock));
     }
-    first += end;
-    count -= end;
   }
 };
 
@@ -316,6 +301,8 @@ struct DecodeKernel {
 
   const AttentionProblem& p;
   std::int64_t G, D, heads;  // heads: KV heads per work item
+  bool bf16 = false;         // the AVX512-BF16 micro-kernels (bf16 q/KV/out, direct rows)
+  std::int64_t Dp = 0;       // their padded head dim (bf16_padded_dim)
 
   // Row pointers of head `kh` for keys [t0, t0 + n) of the item's sequence (page-table lookup
   // once per page). Gathered layouts are converted into the thread's f32 tiles here.
@@ -365,8 +352,6 @@ struct DecodeKernel {
                     PrefetchStream* near, PrefetchStream* far, std::int64_t t0,
                     std::int64_t query_pos) const {
     float* s = sc.s.get();
-    const float* q = sc.q.get() + hi * G * D;
-    float* acc = sc.acc.get() + hi * G * D;
     // Half of the far stream is issued during the logits, half during the accumulation.
     PrefetchStream far_logits, far_acc;
     if (far) {
@@ -375,6 +360,19 @@ struct DecodeKernel {
       far_acc.first += far_logits.count;
       far_acc.count -= far_logits.count;
     }
+    if (bf16) {
+      float* acc = sc.acc16.get() + hi * G * Dp;
+      bf16_decode_logits(sc.q16.get() + hi * G * Dp, Dp, G, D, p.variant.scale, rows, near,
+                         far ? &far_logits : nullptr, s);
+      for (std::int64_t g = 0; g < G; ++g) {
+        softmax_update(p, kh * G + g, t0, query_pos, rows.n, Dp, s + g * kBlock, sc.m[hi * G + g],
+                       sc.l[hi * G + g], acc + g * Dp);
+      }
+      bf16_decode_accumulate(acc, G, D, rows, s, sc.pairs.get(), far ? &far_acc : nullptr);
+      return;
+    }
+    const float* q = sc.q.get() + hi * G * D;
+    float* acc = sc.acc.get() + hi * G * D;
     bool first = true;
     for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
       block_logits<kRowT, kG>(q + g0 * D, D, rows, first ? near : nullptr,
@@ -404,15 +402,31 @@ struct DecodeKernel {
       for (std::int64_t g = 0; g < G; ++g) {
         const std::byte* qrow =
             qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
-        float* qf = sc.q.get() + (hi * G + g) * D;
-        for (std::int64_t d = 0; d < D; ++d) qf[d] = load_as_float(qrow, qo.q_dtype, d) * q_scale;
+        if (bf16) {  // raw bf16, zero padded; the scale is applied to the logits
+          std::uint16_t* q16 = sc.q16.get() + (hi * G + g) * Dp;
+          std::fill_n(q16, Dp, std::uint16_t{0});
+          std::memcpy(q16, qrow, static_cast<std::size_t>(D) * sizeof(std::uint16_t));
+        } else {
+          float* qf = sc.q.get() + (hi * G + g) * D;
+          for (std::int64_t d = 0; d < D; ++d) qf[d] = load_as_float(qrow, qo.q_dtype, d) * q_scale;
+        }
         sc.m[hi * G + g] = detail::kNegInf;
         sc.l[hi * G + g] = 0.0f;
       }
     }
     std::fill_n(sc.acc.get(), heads * G * D, 0.0f);
-    if (it.end <= it.begin) return;
+    if (bf16) std::fill_n(sc.acc16.get(), heads * G * Dp, 0.0f);
+    if (it.end > it.begin) attend_keys(it, sc);
+    if (bf16) {
+      for (std::int64_t i = 0; i < heads * G; ++i) {
+        bf16_unpermute_acc(sc.acc16.get() + i * Dp, D, sc.acc.get() + i * D);
+      }
+    }
+  }
 
+  // The key blocks of attend(), for a non-empty key range.
+  void attend_keys(const DecodeWorkItem& it, Scratch& sc) const {
+    const std::int64_t s = it.seq, h0 = it.kv_head;
     const detail::SeqPages pages = p.pages_of(s);
     const std::int64_t query_pos = decode_key_range(p, s).query_pos;
     if constexpr (kDirect) {
@@ -543,7 +557,7 @@ struct DecodeKernel {
     const auto num_merges = static_cast<std::int64_t>(plan.merges.size());
 #pragma omp parallel num_threads(num_threads)
     {
-      Scratch sc(heads, G, D, !kDirect);
+      Scratch sc(heads, G, D, !kDirect, bf16);
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t i = 0; i < num_items; ++i) {
         const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
@@ -563,6 +577,14 @@ template <DType kCacheT>
 void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
   const bool direct = p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim);
   const std::int64_t G = p.group_size(), D = p.head_dim, H = plan.heads_per_item;
+  if constexpr (kCacheT == DType::kBF16) {
+    // bf16 weights for p.v are inside the bf16 output tolerance only.
+    if (direct && p.qo.q_dtype == DType::kBF16 && p.qo.out_dtype == DType::kBF16 &&
+        bf16_dot_supported()) {
+      DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D)}.run(plan, part, threads);
+      return;
+    }
+  }
   if (direct) DecodeKernel<kCacheT, true>{p, G, D, H}.run(plan, part, threads);
   else DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
 }

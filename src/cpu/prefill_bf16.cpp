@@ -1,34 +1,19 @@
 // AVX512-BF16 micro-kernels of the CPU prefill (declared in prefill_tile.h).
 //
-// VDPBF16PS multiplies pairs of bf16 and adds both products into one f32 lane:
-//   acc[i] += a[2i] * b[2i] + a[2i+1] * b[2i+1].
 // With a = 16 rows' pairs (rows in lanes) and b = one broadcast pair of a K row (or of two
-// V rows), each instruction does 32 multiply-adds, twice the f32 FMA rate; products of bf16 are
-// exact in f32. These functions carry their own target attribute and run only after
-// bf16_dot_supported() said yes, so the rest of the library keeps its baseline ISA.
-#include <immintrin.h>
-
-#include <cstring>
+// V rows), each VDPBF16PS does 32 multiply-adds, twice the f32 FMA rate (see bf16_dot.h).
+// These functions run only after bf16_dot_supported() said yes.
+#include "cpu/bf16_dot.h"
 
 #include "cpu/prefill_tile.h"
-
-#define PAGEDATTN_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace pagedattn::cpu {
 
 namespace {
 
-constexpr int kLanes = 16;
-
-PAGEDATTN_BF16_TARGET inline __m512i broadcast_pair(const void* p) {
-  std::int32_t x;
-  std::memcpy(&x, p, sizeof(x));
-  return _mm512_set1_epi32(x);
-}
-
-PAGEDATTN_BF16_TARGET inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
-  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
-}
+using bf16::broadcast_pair;
+using bf16::dot_pairs;
+using bf16::kLanes;
 
 // s_t rows [r0, r0 + 16 kVecs) of keys [0, kKeys) of `keys`.
 template <int kVecs, int kKeys>
@@ -114,7 +99,7 @@ PAGEDATTN_BF16_TARGET inline __m512i widen(const std::uint16_t* p, __mmask16 val
 
 PAGEDATTN_BF16_TARGET inline __m512i round_to_bf16(const float* p) {
   return _mm512_maskz_cvtepu16_epi32(
-      __mmask16(0xffff), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_load_ps(p))));
+      __mmask16(0xffff), bf16::to_bf16(_mm512_load_ps(p)));
 }
 
 // Moves the low 16 bits of each lane to the high half (the odd element of a pair).

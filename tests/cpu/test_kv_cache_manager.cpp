@@ -1,12 +1,10 @@
-// KVCacheManager: focused cases for each behaviour, then a long randomised run against a
-// model of what every sequence must read back from its slots.
+// KVCacheManager: focused cases for each behaviour (the randomised run is in
+// test_kv_cache_manager_random.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <numeric>
-#include <random>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -112,8 +110,11 @@ TEST(KVCacheManager, PrefixHitSharesLeadingFullPages) {
   const auto prompt = iota_tokens(14);  // 3 full pages + 2 tokens
   const auto a = m.add_sequence(prompt);
   EXPECT_EQ(a.num_cached_tokens, 0);
+  m.mark_computed(a.id, 14);
   const auto b = m.add_sequence(concat(prompt, {7, 7}));
   EXPECT_EQ(b.num_cached_tokens, 12);
+  EXPECT_EQ(m.num_computed(b.id), 12);  // hits count as computed
+  m.mark_computed(b.id, 16);
   const auto pa = pages_of(m, a.id), pb = pages_of(m, b.id);
   EXPECT_TRUE(std::equal(pa.begin(), pa.begin() + 3, pb.begin()));
   EXPECT_NE(pa[3], pb[3]);  // the partial page is never shared by a prefix hit
@@ -133,7 +134,7 @@ TEST(KVCacheManager, PrefixHitSharesLeadingFullPages) {
 TEST(KVCacheManager, PrefixMatchStopsAtFirstMissAndNeedsTheWholePrefix) {
   auto m = make(32, 4);
   const auto prompt = iota_tokens(17);
-  m.add_sequence(prompt);
+  m.mark_computed(m.add_sequence(prompt).id, 17);
   auto second_page_differs = prompt;
   second_page_differs[5] = 999;
   EXPECT_EQ(m.add_sequence(second_page_differs).num_cached_tokens, 4);
@@ -148,6 +149,7 @@ TEST(KVCacheManager, HitCapRecomputesTheLastPromptToken) {
   auto m = make(16, 4);
   const auto prompt = iota_tokens(8);  // exactly two full pages
   const auto a = m.add_sequence(prompt);
+  m.mark_computed(a.id, 8);
   const auto b = m.add_sequence(prompt);
   EXPECT_EQ(b.num_cached_tokens, 4);
   const auto pa = pages_of(m, a.id), pb = pages_of(m, b.id);
@@ -161,8 +163,10 @@ TEST(KVCacheManager, HitCapRecomputesTheLastPromptToken) {
 TEST(KVCacheManager, SaltSeparatesNamespaces) {
   auto m = make(16, 4);
   const auto prompt = iota_tokens(9);
-  m.add_sequence(prompt, 1);
-  EXPECT_EQ(m.add_sequence(prompt, 2).num_cached_tokens, 0);
+  m.mark_computed(m.add_sequence(prompt, 1).id, 9);
+  const auto b = m.add_sequence(prompt, 2);
+  EXPECT_EQ(b.num_cached_tokens, 0);
+  m.mark_computed(b.id, 9);
   EXPECT_EQ(m.add_sequence(prompt, 1).num_cached_tokens, 8);
   EXPECT_EQ(m.add_sequence(prompt, 2).num_cached_tokens, 8);
   m.check_integrity();
@@ -172,6 +176,8 @@ TEST(KVCacheManager, PagesFilledByAppendAreCached) {
   auto m = make(16, 4);
   const auto a = m.add_sequence(iota_tokens(3));
   m.append(a.id, iota_tokens(6, 3));  // fills pages 0 and 1
+  EXPECT_EQ(m.num_computed(a.id), 0);
+  m.mark_computed(a.id, 9);
   EXPECT_EQ(m.add_sequence(iota_tokens(10)).num_cached_tokens, 8);
   m.check_integrity();
 }
@@ -217,6 +223,7 @@ TEST(KVCacheManager, EvictsLeastRecentlyUsedCachedPage) {
   for (TokenId i = 0; i < 3; ++i) {
     prompts.push_back(iota_tokens(5, 100 * i));
     const auto s = m.add_sequence(prompts.back());
+    m.mark_computed(s.id, 5);
     prefix_page.push_back(m.pages(s.id)[0]);
     m.free(s.id);
   }
@@ -241,6 +248,7 @@ TEST(KVCacheManager, EvictsLeastRecentlyUsedCachedPage) {
 TEST(KVCacheManager, EvictsTheTailOfAFreedSequenceFirst) {
   auto m = make(3, 4);
   const auto a = m.add_sequence(iota_tokens(9));
+  m.mark_computed(a.id, 9);
   const auto pa = pages_of(m, a.id);
   m.free(a.id);  // two cached pages, one free
   const auto pb = pages_of(m, m.add_sequence(iota_tokens(5, 100)).id);
@@ -254,17 +262,21 @@ TEST(KVCacheManager, NewerPageReplacesEntryWithEvictedParent) {
   auto m = make(8, 4);
   const auto prompt = iota_tokens(8);
   const auto more = iota_tokens(4, 100);
-  const auto a = m.add_sequence(prompt);                // pages x0, x1, both cached
-  const auto b = m.add_sequence(prompt);                // hits x0; its page 1 duplicates x1
-  m.append(b.id, more);                                 // e2, recorded after x1
-  m.free(a.id);                                         // x1 cached
+  const auto a = m.add_sequence(prompt);  // pages x0, x1, both cached
+  m.mark_computed(a.id, 8);
+  const auto b = m.add_sequence(prompt);  // hits x0; its page 1 duplicates x1
+  m.append(b.id, more);
+  m.mark_computed(b.id, 12);  // e2, recorded after x1
+  m.free(a.id);               // x1 cached
   const auto c = m.add_sequence(iota_tokens(17, 500));  // takes 4 free pages and evicts x1
+  m.mark_computed(c.id, 17);
   m.free(c.id);
   m.free(b.id);  // e2 cached, but its parent is gone
   m.check_integrity();
   EXPECT_EQ(m.metrics().pages_cached, 4 + 2);
   const auto f = m.add_sequence(concat(concat(prompt, more), {1}));
   EXPECT_EQ(f.num_cached_tokens, 4);
+  m.mark_computed(f.id, 13);
   EXPECT_EQ(m.metrics().pages_cached, 3);  // one of c's pages evicted, e2 replaced and freed
   EXPECT_EQ(m.metrics().pages_free, 1);
   m.check_integrity();
@@ -275,8 +287,10 @@ TEST(KVCacheManager, NewerPageReplacesEntryWithEvictedParent) {
 TEST(KVCacheManager, OutOfBlocksThrowsAndChangesNothing) {
   auto m = make(6, 4);
   const auto a = m.add_sequence(iota_tokens(10));  // 3 pages
+  m.mark_computed(a.id, 10);
   const SeqId b = m.fork(a.id);
   const auto c = m.add_sequence(iota_tokens(9, 50));  // 3 pages: pool full
+  m.mark_computed(c.id, 9);
   const std::vector<SeqId> all{a.id, b, c.id};
   const auto metrics = m.metrics();
   const auto table = m.block_table(all);
@@ -318,6 +332,8 @@ TEST(KVCacheManager, RejectsUnknownSequences) {
   expect_error(ErrorCode::kInvalidArgument, [&] { m.can_append(bad, 1); });
   expect_error(ErrorCode::kInvalidArgument, [&] { m.can_append(a.id, -1); });
   expect_error(ErrorCode::kInvalidArgument, [&] { m.fork(bad); });
+  expect_error(ErrorCode::kInvalidArgument, [&] { m.mark_computed(bad, 0); });
+  expect_error(ErrorCode::kInvalidArgument, [&] { m.num_computed(bad); });
   expect_error(ErrorCode::kInvalidArgument, [&] { m.free(bad); });
   expect_error(ErrorCode::kInvalidArgument, [&] { m.block_table(list); });
   expect_error(ErrorCode::kInvalidArgument, [&] { m.csr(list); });
@@ -362,238 +378,89 @@ TEST(KVCacheManager, FragmentationCountsSharedPagesOnce) {
   EXPECT_DOUBLE_EQ(m.metrics().internal_fragmentation_pct, 0.0);
 }
 
-// ---- randomised run ----
-//
-// The model plays the caller: it keeps every live sequence's tokens and the contents of every
-// slot of the pool (what append_kv would have written), performs the returned page copies, and
-// checks that each sequence reads its own tokens back, that prefix hits point at slots that
-// already hold the prompt, and that no write lands in a page another sequence holds.
+// ---- registration waits for mark_computed ----
 
-struct RandomCase {
-  std::int64_t num_pages;
-  std::int64_t page_size;
-  bool caching;
-  int steps;
-};
+// A prompt reserved in full but preempted after its first chunk: only the computed page was
+// registered; the others are released unregistered and never hit.
+TEST(KVCacheManager, PreemptedPartlyComputedPromptIsNotHit) {
+  auto m = make(8, 4);
+  const auto prompt = iota_tokens(13);  // 3 full pages + 1 token
+  const auto a = m.add_sequence(prompt);
+  m.mark_computed(a.id, 6);  // first chunk: page 0 and half of page 1
+  m.free(a.id);
+  EXPECT_EQ(m.metrics().pages_cached, 1);
+  EXPECT_EQ(m.metrics().pages_free, 7);
+  const auto b = m.add_sequence(prompt);
+  EXPECT_EQ(b.num_cached_tokens, 4);
+  EXPECT_EQ(m.num_computed(b.id), 4);
+  m.check_integrity();
+}
 
-class RandomModel {
- public:
-  static constexpr std::size_t kMaxSeqs = 24;  // bounds the cost of the whole-state checks
+// In one step, a second prompt must not hit pages whose K/V a later chunk of the first writes.
+TEST(KVCacheManager, ReservedButUncomputedPagesAreNotHit) {
+  auto m = make(16, 4);
+  const auto prompt = iota_tokens(13);
+  const auto a = m.add_sequence(prompt);
+  EXPECT_EQ(m.num_computed(a.id), 0);
+  EXPECT_EQ(m.add_sequence(prompt).num_cached_tokens, 0);
+  m.mark_computed(a.id, 4);
+  const auto c = m.add_sequence(prompt);
+  EXPECT_EQ(c.num_cached_tokens, 4);
+  EXPECT_EQ(m.pages(c.id)[0], m.pages(a.id)[0]);
+  EXPECT_NE(m.pages(c.id)[1], m.pages(a.id)[1]);
+  m.check_integrity();
+  m.mark_computed(a.id, 13);
+  EXPECT_EQ(m.add_sequence(prompt).num_cached_tokens, 12);
+  m.check_integrity();
+}
 
-  explicit RandomModel(const RandomCase& c)
-      : c_(c),
-        m_(make(c.num_pages, c.page_size, c.caching)),
-        kv_(static_cast<std::size_t>(c.num_pages * c.page_size), -1) {
-    // Shared system prompts of odd lengths, so prompts share 0 to several full pages.
-    for (std::size_t len : {11u, 14u, 7u, 19u}) system_.push_back(random_tokens(len));
-  }
+TEST(KVCacheManager, MarkComputedIsBoundedAndMonotone) {
+  auto m = make(8, 4);
+  const auto a = m.add_sequence(iota_tokens(6));
+  expect_error(ErrorCode::kInvalidArgument, [&] { m.mark_computed(a.id, -1); });
+  expect_error(ErrorCode::kInvalidArgument, [&] { m.mark_computed(a.id, 7); });
+  EXPECT_EQ(m.num_computed(a.id), 0);
+  m.mark_computed(a.id, 0);
+  m.mark_computed(a.id, 5);
+  EXPECT_EQ(m.num_computed(a.id), 5);
+  m.mark_computed(a.id, 3);  // a stale count: no-op
+  EXPECT_EQ(m.num_computed(a.id), 5);
+  m.append(a.id, iota_tokens(3, 6));
+  EXPECT_EQ(m.num_computed(a.id), 5);
+  m.mark_computed(a.id, 9);
+  EXPECT_EQ(m.num_computed(a.id), 9);
+  EXPECT_EQ(m.add_sequence(iota_tokens(9)).num_cached_tokens, 8);
+  m.check_integrity();
+  // Without prefix caching only the count moves.
+  auto off = make(8, 4, /*caching=*/false);
+  const auto b = off.add_sequence(iota_tokens(9));
+  off.mark_computed(b.id, 9);
+  EXPECT_EQ(off.num_computed(b.id), 9);
+  EXPECT_EQ(off.add_sequence(iota_tokens(9)).num_cached_tokens, 0);
+  off.free(b.id);
+  EXPECT_EQ(off.metrics().pages_cached, 0);
+  off.check_integrity();
+}
 
-  void run() {
-    for (int step = 0; step < c_.steps; ++step) {
-      const double u = uniform_(rng_);
-      if (seqs_.empty() || (u < 0.30 && seqs_.size() < kMaxSeqs)) {
-        add();
-      } else if (u < 0.60) {
-        append();
-      } else if (u < 0.68 && seqs_.size() < kMaxSeqs) {
-        fork();
-      } else {
-        free_one();
-      }
-      m_.check_integrity();
-      if (step % 32 == 0) check_all();
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-    // Every kind of event happened, so the run exercised what it claims to.
-    EXPECT_GT(adds_, 0);
-    EXPECT_GT(out_of_blocks_, 0);
-    EXPECT_TRUE(c_.page_size == 1 || copies_ > 0);  // page size 1 has no partly filled page
-    if (c_.caching) {
-      EXPECT_GT(m_.metrics().prefix_pages_hit, 0);
-      EXPECT_GT(evictions_, 0);
-    }
-    // Free everything: no page may leak.
-    while (!seqs_.empty()) free_one();
-    m_.check_integrity();
-    const auto end = m_.metrics();
-    EXPECT_EQ(end.pages_used, 0);
-    EXPECT_EQ(end.tokens_stored, 0);
-    EXPECT_EQ(end.pages_free + end.pages_cached, end.pages_total);
-    EXPECT_EQ(end.internal_fragmentation_pct, 0.0);
-    EXPECT_TRUE(c_.caching || end.pages_cached == 0);
-  }
-
- private:
-  Tokens random_tokens(std::size_t n) {
-    Tokens v(n);
-    for (auto& t : v) t = static_cast<TokenId>(rng_() % 50000);
-    return v;
-  }
-  std::size_t below(std::size_t n) { return static_cast<std::size_t>(rng_() % n); }
-  SeqId pick() {
-    auto it = seqs_.begin();
-    std::advance(it, static_cast<std::ptrdiff_t>(below(seqs_.size())));
-    return it->first;
-  }
-
-  // Writes tokens [from, len) of `seq` into their slots; the pages written must be its own.
-  void write(SeqId seq, std::int64_t from) {
-    const auto& tokens = seqs_.at(seq);
-    std::vector<PageId> written;
-    for (auto i = from; i < static_cast<std::int64_t>(tokens.size()); ++i) {
-      kv_[static_cast<std::size_t>(m_.slot(seq, i))] = tokens[static_cast<std::size_t>(i)];
-      written.push_back(m_.pages(seq)[static_cast<std::size_t>(i / c_.page_size)]);
-    }
-    expect_exclusive(seq, written);
-  }
-
-  void expect_exclusive(SeqId seq, const std::vector<PageId>& written) {
-    if (written.empty()) return;
-    for (const auto& [other, tokens] : seqs_) {
-      if (other == seq) continue;
-      for (PageId p : m_.pages(other)) {
-        ASSERT_EQ(std::count(written.begin(), written.end(), p), 0)
-            << "sequence " << seq << " wrote into page " << p << " held by sequence " << other;
-      }
-    }
-  }
-
-  void check_seq(SeqId seq) {
-    const auto& tokens = seqs_.at(seq);
-    ASSERT_EQ(m_.length(seq), static_cast<std::int64_t>(tokens.size()));
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      ASSERT_EQ(kv_[static_cast<std::size_t>(m_.slot(seq, static_cast<std::int64_t>(i)))], tokens[i])
-          << "sequence " << seq << " token " << i;
-    }
-  }
-
-  void check_all() {
-    std::int64_t total = 0;
-    for (const auto& [seq, tokens] : seqs_) {
-      check_seq(seq);
-      total += static_cast<std::int64_t>(tokens.size());
-    }
-    const auto mt = m_.metrics();
-    EXPECT_EQ(mt.tokens_stored, total);
-    EXPECT_EQ(mt.pages_used + mt.pages_cached + mt.pages_free, mt.pages_total);
-    // Both page-table formats list exactly pages(seq), in order.
-    std::vector<SeqId> ids;
-    for (const auto& [seq, tokens] : seqs_) ids.push_back(seq);
-    const auto bt = m_.block_table(ids);
-    const auto csr = m_.csr(ids);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      const auto pages = m_.pages(ids[i]);
-      const auto row = bt.block_table.begin() + static_cast<std::ptrdiff_t>(i) * bt.max_pages;
-      ASSERT_TRUE(std::equal(pages.begin(), pages.end(), row));
-      ASSERT_TRUE(std::all_of(row + static_cast<std::ptrdiff_t>(pages.size()), row + bt.max_pages,
-                              [](std::int32_t p) { return p == -1; }));
-      ASSERT_TRUE(std::equal(pages.begin(), pages.end(), csr.indices.begin() + csr.indptr[i],
-                             csr.indices.begin() + csr.indptr[i + 1]));
-      ASSERT_EQ(bt.seq_lens[i], m_.length(ids[i]));
-    }
-  }
-
-  // Before a commit that the query rejected: it must throw kOutOfBlocks and change nothing.
-  template <typename F>
-  void expect_rejected(F&& commit) {
-    ++out_of_blocks_;
-    std::vector<SeqId> ids;
-    for (const auto& [seq, tokens] : seqs_) ids.push_back(seq);
-    const auto metrics = m_.metrics();
-    const auto table = m_.block_table(ids);
-    expect_error(ErrorCode::kOutOfBlocks, commit);
-    expect_same_metrics(m_.metrics(), metrics);
-    EXPECT_EQ(m_.block_table(ids).block_table, table.block_table);
-  }
-
-  void add() {
-    Tokens prompt;
-    if (below(8) != 0) {
-      const auto& sys = system_[below(system_.size())];
-      const std::size_t keep = below(3) != 0 ? sys.size() : below(sys.size() + 1);
-      prompt.assign(sys.begin(), sys.begin() + static_cast<std::ptrdiff_t>(keep));
-    }
-    const auto suffix = random_tokens(below(7));
-    prompt.insert(prompt.end(), suffix.begin(), suffix.end());
-    // A rare second salt keeps a second prefix-cache namespace in play.
-    const std::uint64_t salt = below(8) == 0 ? 1 : 0;
-    if (!m_.can_allocate(prompt, salt)) {
-      expect_rejected([&] { m_.add_sequence(prompt, salt); });
-      return;
-    }
-    const auto added = m_.add_sequence(prompt, salt);
-    ++adds_;
-    const auto len = static_cast<std::int64_t>(prompt.size());
-    ASSERT_EQ(added.num_cached_tokens % c_.page_size, 0);
-    ASSERT_TRUE(added.num_cached_tokens == 0 || added.num_cached_tokens < len);
-    ASSERT_TRUE(c_.caching || added.num_cached_tokens == 0);
-    ASSERT_FALSE(seqs_.contains(added.id));
-    seqs_[added.id] = prompt;
-    for (std::int64_t i = 0; i < added.num_cached_tokens; ++i) {  // a hit must hold the prompt's K/V
-      ASSERT_EQ(kv_[static_cast<std::size_t>(m_.slot(added.id, i))], prompt[static_cast<std::size_t>(i)]);
-    }
-    write(added.id, added.num_cached_tokens);
-    check_seq(added.id);
-  }
-
-  void append() {
-    const SeqId seq = pick();
-    const std::size_t n = below(4) == 0 ? below(13) : below(3);
-    const auto tokens = random_tokens(n);
-    if (!m_.can_append(seq, static_cast<std::int64_t>(n))) {
-      expect_rejected([&] { m_.append(seq, tokens); });
-      return;
-    }
-    const auto old_last = m_.pages(seq).empty() ? PageId{-1} : m_.pages(seq).back();
-    const auto cached_before = m_.metrics().pages_cached;
-    const auto copies = m_.append(seq, tokens);
-    if (m_.metrics().pages_cached < cached_before) ++evictions_;
-    ASSERT_LE(copies.size(), 1u);
-    auto& model = seqs_.at(seq);
-    const auto from = static_cast<std::int64_t>(model.size());
-    std::vector<PageId> written;
-    for (const PageCopy& c : copies) {
-      ++copies_;
-      ASSERT_EQ(c.src, old_last);
-      ASSERT_EQ(c.dst, m_.pages(seq)[static_cast<std::size_t>(from / c_.page_size)]);
-      ASSERT_NE(from % c_.page_size, 0);
-      std::copy_n(kv_.begin() + c.src * c_.page_size, c_.page_size, kv_.begin() + c.dst * c_.page_size);
-      written.push_back(c.dst);
-    }
-    expect_exclusive(seq, written);
-    model.insert(model.end(), tokens.begin(), tokens.end());
-    write(seq, from);
-    check_seq(seq);
-  }
-
-  void fork() {
-    const SeqId parent = pick();
-    const SeqId child = m_.fork(parent);
-    ASSERT_FALSE(seqs_.contains(child));
-    seqs_[child] = seqs_.at(parent);
-    ASSERT_TRUE(std::ranges::equal(m_.pages(parent), m_.pages(child)));
-    check_seq(child);
-  }
-
-  void free_one() {
-    const SeqId seq = pick();
-    m_.free(seq);
-    seqs_.erase(seq);
-  }
-
-  RandomCase c_;
-  KVCacheManager m_;
-  Tokens kv_;  // [num_pages * page_size] the token whose K/V each slot holds
-  std::map<SeqId, Tokens> seqs_;
-  std::vector<Tokens> system_;
-  std::mt19937_64 rng_{20240611};
-  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
-  int adds_ = 0, out_of_blocks_ = 0, copies_ = 0, evictions_ = 0;
-};
-
-TEST(KVCacheManagerRandom, PrefixCachingPageSize4) { RandomModel({64, 4, true, 100000}).run(); }
-TEST(KVCacheManagerRandom, PrefixCachingPageSize1) { RandomModel({48, 1, true, 20000}).run(); }
-TEST(KVCacheManagerRandom, NoPrefixCachingPageSize3) { RandomModel({64, 3, false, 20000}).run(); }
+TEST(KVCacheManager, ForkCopiesTheComputedCount) {
+  auto m = make(16, 4);
+  const auto prompt = iota_tokens(10);
+  const auto a = m.add_sequence(prompt);
+  m.mark_computed(a.id, 4);
+  const SeqId b = m.fork(a.id);
+  EXPECT_EQ(m.num_computed(b), 4);
+  m.mark_computed(b, 8);  // registers the page both share
+  EXPECT_EQ(m.num_computed(a.id), 4);
+  m.check_integrity();
+  EXPECT_EQ(m.add_sequence(prompt).num_cached_tokens, 8);
+  m.mark_computed(a.id, 10);  // finds page 1 already registered: chains to it
+  EXPECT_EQ(m.num_computed(a.id), 10);
+  m.check_integrity();
+  m.free(b);
+  m.free(a.id);
+  EXPECT_EQ(m.add_sequence(concat(prompt, {1, 2, 3})).num_cached_tokens, 8);
+  m.check_integrity();
+}
 
 }  // namespace
 }  // namespace pagedattn

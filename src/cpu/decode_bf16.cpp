@@ -1,0 +1,236 @@
+// AVX512-BF16 micro-kernels of the CPU decode (see decode_bf16.h). They run only after
+// bf16_dot_supported() said yes; the Highway driver in decode.cpp does the online softmax.
+#include "cpu/decode_bf16.h"
+
+#include "cpu/bf16_dot.h"
+
+namespace pagedattn::cpu {
+
+namespace {
+
+using bf16::dot_pairs;
+using bf16::kLanes;
+
+constexpr std::int64_t kChunk = 2 * kLanes;  // bf16 elements of one vector
+
+// The elements of chunk [c, c + 32) that lie inside a row of D elements.
+inline __mmask32 chunk_mask(std::int64_t c, std::int64_t D) {
+  return c + kChunk <= D ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (D - c)) - 1u);
+}
+
+// Elements [c, c + 32) of a bf16 row, zero outside `m` (masked: no read past the row).
+PAGEDATTN_BF16_TARGET inline __m512i load_chunk(const std::byte* row, std::int64_t c,
+                                                __mmask32 m) {
+  return _mm512_maskz_loadu_epi16(m, reinterpret_cast<const std::uint16_t*>(row) + c);
+}
+
+// [sum(a), sum(b), sum(c), sum(d)]: a transposing reduction, 8 shuffles for 4 sums.
+PAGEDATTN_BF16_TARGET inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // Per 128-bit block: ab = [a0+a2, b0+b2, a1+a3, b1+b3], cd likewise.
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+  // Per block: partial [a, b, c, d].
+  const __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// Logits of kG query heads, four keys at a time: each q chunk (from L1) feeds four dot
+// products; a missing fourth key repeats the last row and its sum is not stored.
+template <int kG>
+PAGEDATTN_BF16_TARGET void logits_tile(const std::uint16_t* q, std::int64_t q_stride,
+                                       std::int64_t D, float scale, const BlockRows& rows,
+                                       PrefetchStream* near, PrefetchStream* far, float* s) {
+  constexpr int kTok = 4;
+  const std::int64_t n = rows.n;
+  const std::int64_t quads = std::max<std::int64_t>(1, (n + kTok - 1) / kTok);
+  const std::int64_t near_step = near ? (near->count + quads - 1) / quads : 0;
+  const std::int64_t far_step = far ? (far->count + quads - 1) / quads : 0;
+  const __m128 vscale = _mm_set1_ps(scale);
+  for (std::int64_t j = 0; j < n; j += kTok) {
+    if (near) near->step(near_step);
+    if (far) far->step(far_step);
+    // Rows a few tokens ahead, from L2 into L1 just in time (see decode.cpp). Clamped rather
+    // than guarded: a branch here keeps GCC from holding the accumulators in registers.
+    #pragma GCC unroll 16
+    for (int t = 0; t < kTok; ++t) {
+      prefetch_span(rows.k[std::min<std::int64_t>(j + kDecodeAhead + t, n - 1)], D * 2);
+    }
+    const std::byte* k[kTok];
+    #pragma GCC unroll 16
+    for (int t = 0; t < kTok; ++t) k[t] = rows.k[std::min<std::int64_t>(j + t, n - 1)];
+    __m512 a[kTok][kG];
+    #pragma GCC unroll 16
+    for (int t = 0; t < kTok; ++t) {
+      #pragma GCC unroll 16
+      for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
+    }
+    for (std::int64_t c = 0; c < D; c += kChunk) {
+      __m512i x[kTok];
+      const __mmask32 m = chunk_mask(c, D);
+      #pragma GCC unroll 16
+      for (int t = 0; t < kTok; ++t) x[t] = load_chunk(k[t], c, m);
+      #pragma GCC unroll 16
+      for (int g = 0; g < kG; ++g) {
+        const __m512i qv = _mm512_load_si512(q + g * q_stride + c);
+        #pragma GCC unroll 16
+        for (int t = 0; t < kTok; ++t) a[t][g] = dot_pairs(a[t][g], qv, x[t]);
+      }
+    }
+    const auto valid = static_cast<__mmask8>(n - j >= kTok ? 0xf : (1u << (n - j)) - 1u);
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      const __m128 sums = _mm_mul_ps(sum4(a[0][g], a[1][g], a[2][g], a[3][g]), vscale);
+      _mm_mask_storeu_ps(s + g * kDecodeBlock + j, valid, sums);
+    }
+  }
+  if (near) near->step(near->count);  // whatever the quads left
+  if (far) far->step(far->count);
+}
+
+// acc chunks [c0, c0 + kC * 32) of kG heads += the block's weighted V rows, two keys per step:
+// the rows are interleaved (unpack lo/hi of 16-bit elements) into pairs matching the weight
+// pairs p[j] | p[j+1] << 16. kC * kG * 2 accumulators stay in registers across the block.
+template <int kG, int kC>
+PAGEDATTN_BF16_TARGET void accumulate_tile(float* acc, std::int64_t acc_stride, std::int64_t D,
+                                           std::int64_t c0, const BlockRows& rows,
+                                           const std::uint16_t* pairs) {
+  __m512 a[kC][kG][2];
+  #pragma GCC unroll 16
+  for (int k = 0; k < kC; ++k) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      #pragma GCC unroll 16
+      for (int h = 0; h < 2; ++h) {
+        a[k][g][h] = _mm512_loadu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes);
+      }
+    }
+  }
+  const std::int64_t n = rows.n;
+  __mmask32 mask[kC];
+  #pragma GCC unroll 16
+  for (int k = 0; k < kC; ++k) mask[k] = chunk_mask(c0 + k * kChunk, D);
+  for (std::int64_t j = 0; j < n; j += 2) {
+    // One line per chunk of both rows, just in time; clamped, not guarded (no branch in the
+    // loop, so GCC keeps the accumulators in registers).
+    #pragma GCC unroll 16
+    for (int t = 0; t < 2; ++t) {
+      const std::byte* ahead = rows.v[std::min<std::int64_t>(j + kDecodeAhead + t, n - 1)];
+      #pragma GCC unroll 16
+      for (int k = 0; k < kC; ++k) __builtin_prefetch(ahead + (c0 + k * kChunk) * 2);
+    }
+    // An odd block's last weight pair has a zero high half; its partner row is any valid row.
+    const std::byte* v0 = rows.v[j];
+    const std::byte* v1 = j + 1 < n ? rows.v[j + 1] : v0;
+    __m512i lo[kC], hi[kC];
+    #pragma GCC unroll 16
+    for (int k = 0; k < kC; ++k) {
+      const __m512i x0 = load_chunk(v0, c0 + k * kChunk, mask[k]);
+      const __m512i x1 = load_chunk(v1, c0 + k * kChunk, mask[k]);
+      lo[k] = _mm512_unpacklo_epi16(x0, x1);
+      hi[k] = _mm512_unpackhi_epi16(x0, x1);
+    }
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      const __m512i w = bf16::broadcast_pair(pairs + g * kDecodeBlock + j);
+      #pragma GCC unroll 16
+      for (int k = 0; k < kC; ++k) {
+        a[k][g][0] = dot_pairs(a[k][g][0], lo[k], w);
+        a[k][g][1] = dot_pairs(a[k][g][1], hi[k], w);
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int k = 0; k < kC; ++k) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      #pragma GCC unroll 16
+      for (int h = 0; h < 2; ++h) {
+        _mm512_storeu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes, a[k][g][h]);
+      }
+    }
+  }
+}
+
+// All chunks of kG heads: the widest chunk tiles first (about 16 accumulators), then narrower.
+template <int kG>
+PAGEDATTN_BF16_TARGET void accumulate_heads(float* acc, std::int64_t acc_stride, std::int64_t D,
+                                            const BlockRows& rows, const std::uint16_t* pairs,
+                                            PrefetchStream* pf) {
+  constexpr int kWide = kG >= 8 ? 1 : 8 / kG;
+  const std::int64_t Dp = bf16_padded_dim(D);
+  // The prefetch stream goes out between chunk tiles, a share per chunk.
+  const std::int64_t pf_step = pf ? (pf->count * kChunk + Dp - 1) / Dp : 0;
+  std::int64_t c = 0;
+  auto pass = [&]<int kC>() {
+    for (; c + kC * kChunk <= Dp; c += kC * kChunk) {
+      if (pf) pf->step(pf_step * kC);
+      accumulate_tile<kG, kC>(acc, acc_stride, D, c, rows, pairs);
+    }
+  };
+  pass.template operator()<kWide>();
+  if constexpr (kWide > 4) pass.template operator()<4>();
+  if constexpr (kWide > 2) pass.template operator()<2>();
+  if constexpr (kWide > 1) pass.template operator()<1>();
+  if (pf) pf->step(pf->count);
+}
+
+// Runs f.template operator()<kG>(g0) over the group in tiles of 4, 2 and 1 heads.
+template <class F>
+inline void for_group_tiles(std::int64_t group, const F& f) {
+  std::int64_t g0 = 0;
+  for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
+  if (g0 + 2 <= group) { f.template operator()<2>(g0); g0 += 2; }
+  if (g0 < group) f.template operator()<1>(g0);
+}
+
+}  // namespace
+
+PAGEDATTN_BF16_TARGET void bf16_decode_logits(const std::uint16_t* q, std::int64_t q_stride,
+                                              std::int64_t group, std::int64_t head_dim,
+                                              float scale, const BlockRows& rows,
+                                              PrefetchStream* near, PrefetchStream* far,
+                                              float* s) {
+  bool first = true;
+  for_group_tiles(group, [&]<int kG>(std::int64_t g0) {
+    logits_tile<kG>(q + g0 * q_stride, q_stride, head_dim, scale, rows, first ? near : nullptr,
+                    first ? far : nullptr, s + g0 * kDecodeBlock);
+    first = false;
+  });
+}
+
+PAGEDATTN_BF16_TARGET void bf16_decode_accumulate(float* acc, std::int64_t group,
+                                                  std::int64_t head_dim, const BlockRows& rows,
+                                                  const float* p, std::uint16_t* pairs,
+                                                  PrefetchStream* pf) {
+  // Weights to bf16: consecutive u16 are the pairs (p[j] | p[j+1] << 16), zero past n.
+  const std::int64_t n = rows.n;
+  for (std::int64_t g = 0; g < group; ++g) {
+    for (std::int64_t i = 0; i < n; i += kLanes) {
+      const auto m = static_cast<__mmask16>(n - i >= kLanes ? 0xffff : (1u << (n - i)) - 1u);
+      const __m512 x = _mm512_maskz_loadu_ps(m, p + g * kDecodeBlock + i);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs + g * kDecodeBlock + i), bf16::to_bf16(x));
+    }
+  }
+  const std::int64_t stride = bf16_padded_dim(head_dim);
+  bool first = true;
+  for_group_tiles(group, [&]<int kG>(std::int64_t g0) {
+    accumulate_heads<kG>(acc + g0 * stride, stride, head_dim, rows, pairs + g0 * kDecodeBlock,
+                         first ? pf : nullptr);
+    first = false;
+  });
+}
+
+void bf16_unpermute_acc(const float* src, std::int64_t head_dim, float* dst) {
+  // In a chunk, lanes [0, 16) hold dims 8b + i and lanes [16, 32) dims 8b + 4 + i, for 128-bit
+  // block b < 4 and i < 4 (unpack lo/hi work within 128-bit blocks).
+  for (std::int64_t d = 0; d < head_dim; ++d) {
+    const std::int64_t r = d % kChunk, b = r / 8, w = r % 8;
+    dst[d] = src[d - r + (w < 4 ? 4 * b + w : kLanes + 4 * b + w - 4)];
+  }
+}
+
+}  // namespace pagedattn::cpu

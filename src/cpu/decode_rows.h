@@ -1,0 +1,49 @@
+// Internal: the row lists and prefetch streams of the CPU decode kernel, shared by its Highway
+// f32 path (decode.cpp) and its AVX512-BF16 path (decode_bf16.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace pagedattn::cpu {
+
+inline constexpr std::int64_t kDecodeBlock = 64;  // keys per online-softmax step (logits in L1)
+inline constexpr std::int64_t kDecodeCacheLine = 64;
+inline constexpr std::int64_t kDecodeAhead = 8;  // tokens between a just-in-time L1 prefetch and use
+
+// Row pointers of one block of consecutive keys.
+struct BlockRows {
+  const std::byte* k[kDecodeBlock];
+  const std::byte* v[kDecodeBlock];
+  std::int64_t n = 0;
+};
+
+// Prefetches of the K and V spans of rows [first, first + count) of a block, `bytes` from each
+// row pointer, issued a few rows at a time while a block is computed.
+struct PrefetchStream {
+  const BlockRows* rows = nullptr;
+  std::int64_t first = 0, count = 0, bytes = 0;
+
+  // Issues the next `k` rows' prefetches.
+  inline void step(std::int64_t k) {
+    const std::int64_t end = std::min(count, k);
+    for (std::int64_t i = 0; i < end; ++i) {
+      const std::byte* kr = rows->k[first + i];
+      const std::byte* vr = rows->v[first + i];
+      for (std::int64_t off = 0; off < bytes; off += kDecodeCacheLine) {
+        __builtin_prefetch(kr + off);
+        __builtin_prefetch(vr + off);
+      }
+    }
+    first += end;
+    count -= end;
+  }
+};
+
+// Issues L1 prefetches of `bytes` bytes from p.
+inline void prefetch_span(const std::byte* p, std::int64_t bytes) {
+  for (std::int64_t off = 0; off < bytes; off += kDecodeCacheLine) __builtin_prefetch(p + off);
+}
+
+}  // namespace pagedattn::cpu
