@@ -32,6 +32,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "cpu/decode_bf16.h"
+#include "cpu/decode_output.h"
 #include "cpu/decode_plan.h"
 #include "cpu/decode_rows.h"
 #include "cpu/kv_rows.h"
@@ -348,9 +349,11 @@ struct DecodeKernel {
   }
 
   // One block of keys for local head hi (KV head kh): logits, online softmax, accumulation.
+  // Streams: `near` is spread over the logits, `after` issued between logits and accumulation,
+  // `far` split between both.
   void attend_block(Scratch& sc, std::int64_t hi, std::int64_t kh, const BlockRows& rows,
-                    PrefetchStream* near, PrefetchStream* far, std::int64_t t0,
-                    std::int64_t query_pos) const {
+                    PrefetchStream* near, PrefetchStream* after, PrefetchStream* far,
+                    std::int64_t t0, std::int64_t query_pos) const {
     float* s = sc.s.get();
     // Half of the far stream is issued during the logits, half during the accumulation.
     PrefetchStream far_logits, far_acc;
@@ -368,6 +371,7 @@ struct DecodeKernel {
         softmax_update(p, kh * G + g, t0, query_pos, rows.n, Dp, s + g * kBlock, sc.m[hi * G + g],
                        sc.l[hi * G + g], acc + g * Dp);
       }
+      if (after) after->step(after->count);
       bf16_decode_accumulate(acc, G, D, rows, s, sc.pairs.get(), far ? &far_acc : nullptr);
       return;
     }
@@ -383,6 +387,7 @@ struct DecodeKernel {
       softmax_update(p, kh * G + g, t0, query_pos, rows.n, D, s + g * kBlock, sc.m[hi * G + g],
                      sc.l[hi * G + g], acc + g * D);
     }
+    if (after) after->step(after->count);
     first = true;
     for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
       block_accumulate<kRowT, kG>(acc + g0 * D, D, rows, s + g0 * kBlock,
@@ -433,10 +438,11 @@ struct DecodeKernel {
       // Rows of head h0 for this block and the next; other heads are a fixed offset away.
       // While a (block, head) unit is computed, a "far" prefetch stream fetches a slice of the
       // next block's token rows across all the item's heads (contiguous spans in address
-      // order, so DRAM streams whole pages), a "near" one the next head's rows of this block.
+      // order, so DRAM streams whole pages); "near" ones pull this block's rows into L1 shortly
+      // before use (this head's V, then the next head's K).
       const std::int64_t span = (heads - 1) * p.kv.k.head_stride * kElem + D * kElem;
       const bool v_span_ok = (heads - 1) * p.kv.v.head_stride == (heads - 1) * p.kv.k.head_stride;
-      BlockRows base[2], unit[2];
+      BlockRows base[2], unit[2], near_v, near_k;  // near_*: only .k is used
       int cur = 0;
       fill_rows(pages, h0, it.begin, std::min(kBlock, it.end - it.begin), base[cur], sc);
       for (std::int64_t t0 = it.begin; t0 < it.end; t0 += kBlock) {
@@ -451,14 +457,18 @@ struct DecodeKernel {
             const std::int64_t lo = n_next * hi / heads, up = n_next * (hi + 1) / heads;
             far = {&base[1 - cur], lo, up - lo, v_span_ok ? span : D * kElem};
           }
-          // The next head's rows of this block: pulled into L1 while this head is computed.
-          PrefetchStream near;
-          if (hi + 1 < heads) {
-            shift_rows(base[cur], hi + 1, unit[1 - u]);
-            near = {&unit[1 - u], 0, n, D * kElem};
-          }
-          attend_block(sc, hi, h0 + hi, unit[u], hi + 1 < heads ? &near : nullptr,
-                       n_next > 0 ? &far : nullptr, t0, query_pos);
+          // Pulled into L1 just before use: this head's V rows during its logits, the next
+          // head's K rows right after them. One head's NHD rows share a few L1 sets, so rows
+          // fetched a whole head earlier (the next head's V) are evicted before they are read.
+          if (hi + 1 < heads) shift_rows(base[cur], hi + 1, unit[1 - u]);
+          const BlockRows& next = hi + 1 < heads ? unit[1 - u] : unit[u];
+          near_v.n = near_k.n = n;
+          std::copy_n(unit[u].v, n, near_v.k);
+          std::copy_n(next.k, n, near_k.k);
+          PrefetchStream near{&near_v, 0, n, D * kElem, false};
+          PrefetchStream next_k{&near_k, 0, n, D * kElem, false};
+          attend_block(sc, hi, h0 + hi, unit[u], &near, &next_k, n_next > 0 ? &far : nullptr,
+                       t0, query_pos);
           u = 1 - u;
         }
         cur = 1 - cur;
@@ -469,86 +479,9 @@ struct DecodeKernel {
         const std::int64_t n = std::min(kBlock, it.end - t0);
         for (std::int64_t hi = 0; hi < heads; ++hi) {
           fill_rows(pages, h0 + hi, t0, n, rows, sc);
-          attend_block(sc, hi, h0 + hi, rows, nullptr, nullptr, t0, query_pos);
+          attend_block(sc, hi, h0 + hi, rows, nullptr, nullptr, nullptr, t0, query_pos);
         }
       }
-    }
-  }
-
-  // Final output of a whole item: adds the sink, normalises, applies the fp8 V scale.
-  void write_output(const DecodeWorkItem& it, const Scratch& sc) const {
-    for (std::int64_t hi = 0; hi < heads; ++hi) {
-      const std::int64_t kh = it.kv_head + hi;
-      const float v_scale = is_fp8(kCacheT) ? p.kv.v_scale_of(kh) : 1.0f;
-      for (std::int64_t g = 0; g < G; ++g) {
-        write_head(p, it.seq, kh * G + g, sc.m[hi * G + g], sc.l[hi * G + g],
-                   sc.acc.get() + (hi * G + g) * D, v_scale);
-      }
-    }
-  }
-
-  // Partial state of a split item: acc (unnormalised, unscaled), then the (m, l) pairs.
-  void write_partial(std::int64_t slot, const Scratch& sc, float* part) const {
-    const std::int64_t HG = heads * G;
-    float* dst = part + slot * HG * (D + 2);
-    std::memcpy(dst, sc.acc.get(), static_cast<std::size_t>(HG * D) * sizeof(float));
-    for (std::int64_t i = 0; i < HG; ++i) {
-      dst[HG * D + 2 * i] = sc.m[i];
-      dst[HG * D + 2 * i + 1] = sc.l[i];
-    }
-  }
-
-  // out[s, h] = acc * v_scale / (l + sink term), lse = log of the denominator.
-  static void write_head(const AttentionProblem& p, std::int64_t s, std::int64_t h, float m,
-                         float l, const float* acc, float v_scale) {
-    const auto& qo = p.qo;
-    const float sink = p.variant.sinks ? p.variant.sinks[h] : detail::kNegInf;
-    const float m_all = std::max(m, sink);
-    float denom = 0.0f, alpha = 0.0f;
-    if (m_all != detail::kNegInf) {
-      alpha = m == detail::kNegInf ? 0.0f : std::exp(m - m_all);
-      denom = l * alpha + (sink == detail::kNegInf ? 0.0f : std::exp(sink - m_all));
-    }
-    const float factor = denom > 0.0f ? alpha * v_scale / denom : 0.0f;
-    const std::int64_t t = p.q_begin(s);
-    std::byte* orow = qo.out + (t * qo.out_token_stride + h * qo.out_head_stride) *
-                                   static_cast<std::int64_t>(dtype_size(qo.out_dtype));
-    const std::int64_t D = p.head_dim;
-    if (qo.out_dtype == DType::kF32) {
-      auto* o = reinterpret_cast<float*>(orow);
-      for (std::int64_t d = 0; d < D; ++d) o[d] = acc[d] * factor;
-    } else {
-      for (std::int64_t d = 0; d < D; ++d) store_from_float(orow, qo.out_dtype, d, acc[d] * factor);
-    }
-    if (qo.lse) {
-      qo.lse[t * qo.lse_token_stride + h * qo.lse_head_stride] =
-          denom > 0.0f ? m_all + std::log(denom) : detail::kNegInf;
-    }
-  }
-
-  // Merges a split item's partial states in slot order (deterministic).
-  void merge(const DecodeMerge& mg, const float* part, float* acc) const {
-    const std::int64_t HG = heads * G;
-    for (std::int64_t i = 0; i < HG; ++i) {
-      const std::int64_t kh = mg.kv_head + i / G;
-      float m = detail::kNegInf;
-      for (std::int64_t k = 0; k < mg.count; ++k) {
-        m = std::max(m, part[(mg.first_slot + k) * HG * (D + 2) + HG * D + 2 * i]);
-      }
-      float l = 0.0f;
-      std::fill_n(acc, D, 0.0f);
-      if (m != detail::kNegInf) {
-        for (std::int64_t k = 0; k < mg.count; ++k) {
-          const float* st = part + (mg.first_slot + k) * HG * (D + 2);
-          const float mk = st[HG * D + 2 * i];
-          if (mk == detail::kNegInf) continue;
-          const float w = std::exp(mk - m);
-          l += st[HG * D + 2 * i + 1] * w;
-          for (std::int64_t d = 0; d < D; ++d) acc[d] += w * st[i * D + d];
-        }
-      }
-      const float v_scale = is_fp8(kCacheT) ? p.kv.v_scale_of(kh) : 1.0f;
-      write_head(p, mg.seq, kh * G + i % G, m, l, acc, v_scale);
     }
   }
 
@@ -562,12 +495,13 @@ struct DecodeKernel {
       for (std::int64_t i = 0; i < num_items; ++i) {
         const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
         attend(it, sc);
-        if (it.slot < 0) write_output(it, sc);
-        else write_partial(it.slot, sc, part);
+        const DecodeState st{heads, G, D, sc.acc.get(), sc.m.get(), sc.l.get()};
+        if (it.slot < 0) decode_write_output(p, it, st);
+        else decode_write_partial(it.slot, st, part);
       }
 #pragma omp for schedule(static)
       for (std::int64_t i = 0; i < num_merges; ++i) {
-        merge(plan.merges[static_cast<std::size_t>(i)], part, sc.acc.get());
+        decode_merge(p, plan.merges[static_cast<std::size_t>(i)], heads, part, sc.acc.get());
       }
     }
   }

@@ -114,14 +114,6 @@ PAGEDATTN_BF16_TARGET void accumulate_tile(float* acc, std::int64_t acc_stride, 
   #pragma GCC unroll 16
   for (int k = 0; k < kC; ++k) mask[k] = chunk_mask(c0 + k * kChunk, D);
   for (std::int64_t j = 0; j < n; j += 2) {
-    // One line per chunk of both rows, just in time; clamped, not guarded (no branch in the
-    // loop, so GCC keeps the accumulators in registers).
-    #pragma GCC unroll 16
-    for (int t = 0; t < 2; ++t) {
-      const std::byte* ahead = rows.v[std::min<std::int64_t>(j + kDecodeAhead + t, n - 1)];
-      #pragma GCC unroll 16
-      for (int k = 0; k < kC; ++k) __builtin_prefetch(ahead + (c0 + k * kChunk) * 2);
-    }
     // An odd block's last weight pair has a zero high half; its partner row is any valid row.
     const std::byte* v0 = rows.v[j];
     const std::byte* v1 = j + 1 < n ? rows.v[j + 1] : v0;

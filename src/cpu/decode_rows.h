@@ -24,13 +24,16 @@ struct BlockRows {
 struct PrefetchStream {
   const BlockRows* rows = nullptr;
   std::int64_t first = 0, count = 0, bytes = 0;
+  bool v_rows = true;  // false: only the rows->k spans (a stream over one kind of row)
 
   // Issues the next `k` rows' prefetches.
   inline void step(std::int64_t k) {
     const std::int64_t end = std::min(count, k);
     for (std::int64_t i = 0; i < end; ++i) {
       const std::byte* kr = rows->k[first + i];
-      const std::byte* vr = rows->v[first + i];
+      // K-only: the K span is issued twice (the second finds the line in flight) instead of
+      // guarding the second prefetch: the guarded loop measured ~5% slower in the decode.
+      const std::byte* vr = v_rows ? rows->v[first + i] : kr;
       for (std::int64_t off = 0; off < bytes; off += kDecodeCacheLine) {
         __builtin_prefetch(kr + off);
         __builtin_prefetch(vr + off);
