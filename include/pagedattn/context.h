@@ -18,8 +18,9 @@ struct Context {
   void* stream = nullptr;     // cudaStream_t for CUDA; ignored on the CPU
   int num_threads = 0;        // CPU worker threads; 0 = all hardware threads
   Implementation implementation = Implementation::kFast;
-  // Optional scratch memory on `device` for ops that need it (split-K partial states).
-  // When empty, the CPU backend allocates its own; see the op's *_workspace_size().
+  // Optional scratch memory on `device` for CUDA split-K decode (f32 partial states). When
+  // empty, the op allocates it stream-ordered on ctx.stream (also legal inside graph capture).
+  // The CPU backend manages its own scratch and ignores this.
   std::span<std::byte> workspace{};
 
   static Context cpu(int num_threads = 0) { return Context{Device::cpu(), nullptr, num_threads}; }
