@@ -103,11 +103,19 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   } else if (options.partition_size > 0) {
     plan.partition_tokens = options.partition_size;
   } else {
-    // Enough CTAs to fill every SM kCtasPerSm times, each about the same number of keys.
+    // Aim for one full wave of target CTAs. A batch with fewer (sequence, head tile) units than
+    // that splits every sequence into the same number of equal parts, so the wave stays whole;
+    // a larger batch only splits sequences longer than a balanced share of all keys.
     const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p).head_tiles;
     const std::int64_t target = static_cast<std::int64_t>(num_sms(device)) * kCtasPerSm;
-    const std::int64_t balanced = (total * per_seq_ctas + target - 1) / std::max<std::int64_t>(target, 1);
-    plan.partition_tokens = round_up(std::max(balanced, kMinPartitionTokens));
+    const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
+    std::int64_t share = 0;
+    if (units < target) {
+      share = (max_len + target / units - 1) / (target / units);
+    } else {
+      share = (total * per_seq_ctas + target - 1) / target;
+    }
+    plan.partition_tokens = round_up(std::max(share, kMinPartitionTokens));
     if (options.variant == DecodeVariant::kAuto && plan.partition_tokens >= max_len) {
       plan.partition_tokens = round_up(max_len);
     }
