@@ -236,15 +236,6 @@ HWY_NOINLINE void block_accumulate(float* HWY_RESTRICT acc, std::int64_t D, cons
   if (pf) pf->step(pf->count);
 }
 
-// Runs f.template operator()<kG>(g0) over the group in tiles of 4, 2 and 1 heads.
-template <class F>
-HWY_INLINE void for_group_tiles(std::int64_t group, const F& f) {
-  std::int64_t g0 = 0;
-  for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
-  if (g0 + 2 <= group) { f.template operator()<2>(g0); g0 += 2; }
-  if (g0 < group) f.template operator()<1>(g0);
-}
-
 // Soft-cap, ALiBi, then the online-softmax update of query head h for a block of n logits at key
 // positions [pos0, pos0 + n); s[0, n) becomes the probabilities exp(s - m').
 HWY_INLINE void softmax_update(const AttentionProblem& p, std::int64_t h, std::int64_t pos0,

@@ -170,15 +170,6 @@ PAGEDATTN_BF16_TARGET void accumulate_heads(float* acc, std::int64_t acc_stride,
   if (pf) pf->step(pf->count);
 }
 
-// Runs f.template operator()<kG>(g0) over the group in tiles of 4, 2 and 1 heads.
-template <class F>
-inline void for_group_tiles(std::int64_t group, const F& f) {
-  std::int64_t g0 = 0;
-  for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
-  if (g0 + 2 <= group) { f.template operator()<2>(g0); g0 += 2; }
-  if (g0 < group) f.template operator()<1>(g0);
-}
-
 }  // namespace
 
 PAGEDATTN_BF16_TARGET void bf16_decode_logits(const std::uint16_t* q, std::int64_t q_stride,

@@ -49,4 +49,14 @@ inline void prefetch_span(const std::byte* p, std::int64_t bytes) {
   for (std::int64_t off = 0; off < bytes; off += kDecodeCacheLine) __builtin_prefetch(p + off);
 }
 
+// Runs f.template operator()<kG>(g0) over a query-head group in tiles of 4, 2 and 1 heads, so
+// kernels instantiate only those tile widths whatever the group size.
+template <class F>
+inline void for_group_tiles(std::int64_t group, const F& f) {
+  std::int64_t g0 = 0;
+  for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
+  if (g0 + 2 <= group) { f.template operator()<2>(g0); g0 += 2; }
+  if (g0 < group) f.template operator()<1>(g0);
+}
+
 }  // namespace pagedattn::cpu

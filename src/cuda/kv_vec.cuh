@@ -16,13 +16,6 @@ namespace pagedattn::cuda {
 struct Fp8E4M3 { std::uint8_t bits; };
 struct Fp8E5M2 { std::uint8_t bits; };
 
-template <class T> struct KVTraits;
-template <> struct KVTraits<float> { static constexpr DType kDType = DType::kF32; };
-template <> struct KVTraits<__half> { static constexpr DType kDType = DType::kF16; };
-template <> struct KVTraits<__nv_bfloat16> { static constexpr DType kDType = DType::kBF16; };
-template <> struct KVTraits<Fp8E4M3> { static constexpr DType kDType = DType::kF8E4M3; };
-template <> struct KVTraits<Fp8E5M2> { static constexpr DType kDType = DType::kF8E5M2; };
-
 __device__ __forceinline__ void fp8x2_to_float2(std::uint16_t bits, __nv_fp8_interpretation_t kind,
                                                 float& a, float& b) {
   const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(bits), kind);
