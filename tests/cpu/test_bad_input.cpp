@@ -168,6 +168,22 @@ TensorView remake(const TensorView& t, DType dtype, Device device = Device::cpu(
   }
 }
 TensorView on_cuda(const TensorView& t) { return remake(t, t.dtype(), kCuda); }
+// Runs `fn`, which must throw pagedattn::Error with `code` and a what() that mentions every
+// string in `parts`.
+template <class Fn, class Parts>
+void expect_error(const Fn& fn, const std::string& name, ErrorCode code, const Parts& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << name << ": no error was raised";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "what() = \"" << e.what() << "\" does not mention \"" << part << "\"";
+    }
+  }
+}
+
 // Rank 1 or 3 views with a null pointer, or with a pointer off the element alignment.
 TensorView null_data(const TensorView& t) {
   return t.rank() == 1 ? TensorView(nullptr, t.dtype(), {t.size(0)})
@@ -203,16 +219,7 @@ TEST_P(BadInputTest, ThrowsAndWritesNothing) {
     Args args(*setup);
     row.mutate(args, *setup);
     const std::vector<std::byte> before = setup->snapshot();
-    try {
-      call(op, args);
-      ADD_FAILURE() << row.name << ": no error was raised";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), row.code) << e.what();
-      for (const std::string& part : row.message) {
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-            << "what() = \"" << e.what() << "\" does not mention \"" << part << "\"";
-      }
-    }
+    expect_error([&] { call(op, args); }, row.name, row.code, row.message);
     EXPECT_TRUE(setup->snapshot() == before) << row.name << ": a buffer changed";
   }
 }
@@ -575,16 +582,7 @@ class BadHostCallTest : public ::testing::TestWithParam<BadHostCall> {};
 
 TEST_P(BadHostCallTest, Throws) {
   const BadHostCall& row = GetParam();
-  try {
-    row.call();
-    ADD_FAILURE() << row.name << ": no error was raised";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), row.code) << e.what();
-    for (const std::string& part : row.message) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "what() = \"" << e.what() << "\" does not mention \"" << part << "\"";
-    }
-  }
+  expect_error(row.call, row.name, row.code, row.message);
 }
 
 INSTANTIATE_TEST_SUITE_P(HostCalls, BadHostCallTest, ::testing::ValuesIn(bad_host_calls()),
