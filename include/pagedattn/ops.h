@@ -9,6 +9,12 @@
 // pagedattn::Error naming the argument and leaves every output and cache buffer unchanged.
 // LSE is the natural-log log-sum-exp of the (masked, scaled) logits; an empty sequence gives
 // output 0 and LSE -inf.
+//
+// On CUDA (ctx.device cuda) every tensor lives on that GPU and the op is enqueued on
+// ctx.stream. Ops that must validate index values (decode's page table, append_kv's slots,
+// copy_blocks' page pairs) take a host copy of them in their options instead of reading the
+// GPU: they never synchronise and can be captured in a CUDA graph. The CUDA backend runs
+// decode, append_kv, copy_blocks, merge_state and merge_states.
 #pragma once
 
 #include <span>
@@ -23,15 +29,35 @@ namespace pagedattn {
 
 // ---- cache writes --------------------------------------------------------------------------
 
-// Writes token i's k[i] / v[i] ([num_tokens, num_kv_heads, head_dim]) into cache slot
-// slot_mapping[i] (i32 or i64 [num_tokens]; slot = page * page_size + offset; -1 = skip).
-// fp8 caches quantise on write with the cache's scales.
-void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, const TensorView& v,
-               const TensorView& slot_mapping);
+struct AppendKVOptions {
+  // CUDA: a host copy of `slot_mapping` (same dtype and length; any stride). The op checks the
+  // slots (range, no repeats) on this copy and the kernel reads the device tensor, so it never
+  // synchronises or reads device memory from the host (safe inside a CUDA graph: a replay
+  // writes whatever slots the device tensor then holds). Required on CUDA; ignored on the CPU.
+  const TensorView* host_slot_mapping = nullptr;
+};
 
-// Copies whole pages within the cache: block_mapping is i32/i64 [n, 2] of (src, dst) page ids.
-// Used for copy-on-write; a page may not be both a source and a destination.
-void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& block_mapping);
+// Writes token i's k[i] / v[i] ([num_tokens, num_kv_heads, head_dim]; f32/f16/bf16/fp8) into
+// cache slot slot_mapping[i] (i32 or i64 [num_tokens]; slot = page * page_size + offset;
+// -1 = skip; any other slot at most once). fp8 caches quantise on write with the cache's
+// scales (stored = round(x / scale), computed as x * (1 / scale) in f32). CPU and CUDA store
+// identical bytes.
+void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, const TensorView& v,
+               const TensorView& slot_mapping, const AppendKVOptions& options = {});
+
+struct CopyBlocksOptions {
+  // CUDA: a host copy of `block_mapping` (same dtype and shape; any strides). The op checks the
+  // page ids (range, no page written twice, no page both source and destination) on this copy
+  // and the kernel reads the device tensor: no synchronisation, safe inside a CUDA graph.
+  // Required on CUDA; ignored on the CPU.
+  const TensorView* host_block_mapping = nullptr;
+};
+
+// Copies whole pages (K and V, every head) within the cache: block_mapping is i32/i64 [n, 2] of
+// (src, dst) page ids. Used for copy-on-write; a page may not be both a source and a
+// destination, and no page is written twice.
+void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& block_mapping,
+                 const CopyBlocksOptions& options = {});
 
 // ---- attention -----------------------------------------------------------------------------
 
@@ -80,14 +106,18 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
 
 // ---- attention states ----------------------------------------------------------------------
 
-// (v_a, lse_a) (+) (v_b, lse_b): v [n, num_heads, head_dim], lse f32 [n, num_heads].
-// lse_out is optional. out may alias v_a or v_b.
+// (v_a, lse_a) (+) (v_b, lse_b): v [n, num_heads, head_dim] (f32/f16/bf16, contiguous along
+// head_dim), lse f32 [n, num_heads]. lse_out is optional. v_out may alias v_a or v_b (and
+// lse_out lse_a or lse_b), element for element. A state with LSE -inf is empty and contributes
+// nothing; if both are empty the result is 0 with LSE -inf. Runs on the CPU and on CUDA (all
+// tensors on the GPU; nothing is read on the host).
 void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& lse_a,
                  const TensorView& v_b, const TensorView& lse_b, const TensorView& v_out,
                  const TensorView& lse_out = {});
 
 // Merges num_states states per row: v [n, num_states, num_heads, head_dim],
-// lse f32 [n, num_states, num_heads] -> v_out [n, num_heads, head_dim], lse_out [n, num_heads].
+// lse f32 [n, num_states, num_heads] -> v_out [n, num_heads, head_dim], lse_out [n, num_heads]
+// (optional). Same rules as merge_state; v_out may alias one state of v.
 void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse,
                   const TensorView& v_out, const TensorView& lse_out = {});
 

@@ -1,11 +1,19 @@
 #include "core/backend_select.h"
 
+#include <algorithm>
+#include <array>
 #include <string>
 
 #include "pagedattn/config.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn::detail {
+
+namespace {
+// The ops the CUDA backend implements; the others report Unsupported on a GPU context.
+constexpr std::array<std::string_view, 5> kCudaOps = {"decode", "append_kv", "copy_blocks",
+                                                      "merge_state", "merge_states"};
+}  // namespace
 
 void require_backend(const Context& ctx, std::string_view op) {
   check_arg(ctx.num_threads >= 0, "ctx.num_threads is " + std::to_string(ctx.num_threads) +
@@ -16,7 +24,8 @@ void require_backend(const Context& ctx, std::string_view op) {
                                   "(configure with -DPAGEDATTN_CUDA=ON on a machine with nvcc)");
   check_supported(ctx.implementation == Implementation::kFast,
                   std::string(op) + ": the reference implementation runs on the CPU only");
-  check_supported(op == "decode", std::string(op) + " is not yet available on the CUDA backend");
+  check_supported(std::ranges::find(kCudaOps, op) != kCudaOps.end(),
+                  std::string(op) + " is not yet available on the CUDA backend");
 }
 
 }  // namespace pagedattn::detail

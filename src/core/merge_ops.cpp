@@ -1,4 +1,4 @@
-// merge_state and merge_states: validate, then dispatch.
+// merge_state and merge_states: validate, then dispatch to the context's device.
 #include <string>
 #include <vector>
 
@@ -7,6 +7,10 @@
 #include "cpu/merge_states.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
+
+#if PAGEDATTN_WITH_CUDA
+#include "cuda/merge_states.h"
+#endif
 
 namespace pagedattn {
 
@@ -33,6 +37,17 @@ cpu::StateView check_state(const Context& ctx, const TensorView& v, const Tensor
   }
   return s;
 }
+
+#if PAGEDATTN_WITH_CUDA
+// A validated state as the CUDA kernel takes it: one state (count 1) of a set.
+cuda::StateSet one_state(const cpu::StateView& s) {
+  return {s.v, s.dtype, s.v_row_stride, 0, s.v_head_stride, s.lse, s.lse_row_stride, 0,
+          s.lse_head_stride, 1};
+}
+cuda::StateOut state_out(const cpu::StateView& s) {
+  return {s.v, s.dtype, s.v_row_stride, s.v_head_stride, s.lse, s.lse_row_stride, s.lse_head_stride};
+}
+#endif
 }  // namespace
 
 void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& lse_a,
@@ -45,6 +60,13 @@ void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& ls
       check_state(ctx, v_a, lse_a, "v_a", "lse_a", n, heads, dim, true),
       check_state(ctx, v_b, lse_b, "v_b", "lse_b", n, heads, dim, true)};
   const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
+  if (ctx.device.type == DeviceType::kCUDA) {
+#if PAGEDATTN_WITH_CUDA
+    const cuda::StateSet sets[2] = {one_state(states[0]), one_state(states[1])};
+    cuda::merge_states(sets, 2, state_out(out), n, heads, dim, ctx.stream);
+#endif
+    return;
+  }
   cpu::merge_states(states, out, nullptr, n, heads, dim, ctx.num_threads);
 }
 
@@ -58,13 +80,23 @@ void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse
   detail::check_dim(lse, "lse", 1, num_states, "num_states");
   detail::check_dim(lse, "lse", 2, heads, "num_heads");
   check_arg(v.stride(3) == 1, "v must be contiguous along head_dim");
+  const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
+  if (ctx.device.type == DeviceType::kCUDA) {
+#if PAGEDATTN_WITH_CUDA
+    // All num_states states form one strided set.
+    const cuda::StateSet set{static_cast<const std::byte*>(v.data()), v.dtype(), v.stride(0), v.stride(1),
+                             v.stride(2), lse.data_as<const float>(), lse.stride(0), lse.stride(1),
+                             lse.stride(2), num_states};
+    cuda::merge_states(&set, 1, state_out(out), n, heads, dim, ctx.stream);
+#endif
+    return;
+  }
   std::vector<cpu::StateView> states;
   for (std::int64_t i = 0; i < num_states; ++i) {
     states.push_back({static_cast<std::byte*>(v.element_ptr({0, i, 0, 0})), v.dtype(), v.stride(0),
                       v.stride(2), static_cast<float*>(lse.element_ptr({0, i, 0})), lse.stride(0),
                       lse.stride(2)});
   }
-  const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
   cpu::merge_states(states, out, nullptr, n, heads, dim, ctx.num_threads);
 }
 

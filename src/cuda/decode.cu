@@ -19,14 +19,15 @@ int num_sms(int device) {
   return n;
 }
 
-// True when elements [d, d + 8) of every row are contiguous and the vector is aligned.
-bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype) {
+// True when elements [d, d + n) of every row are contiguous and 16-byte vectors of them (or n
+// elements when smaller) are aligned, for d a multiple of n.
+bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype, std::int64_t n) {
   const auto esize = static_cast<std::int64_t>(dtype_size(dtype));
-  const bool contiguous = t.elem_stride == 1 && t.chunk_len % 8 == 0;
-  const std::int64_t align_elems = std::min<std::int64_t>(8, 16 / esize);
+  const bool contiguous = t.elem_stride == 1 && t.chunk_len % n == 0;
+  const std::int64_t align_elems = std::min<std::int64_t>(n, 16 / esize);
   const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % (align_elems * esize) == 0 &&
-                       t.page_stride % 8 == 0 && t.head_stride % 8 == 0 &&
-                       t.token_stride % 8 == 0 && (t.chunk_stride % 8 == 0 || t.chunk_len == 0);
+                       t.page_stride % n == 0 && t.head_stride % n == 0 &&
+                       t.token_stride % n == 0 && (t.chunk_stride % n == 0 || t.chunk_len == 0);
   return contiguous && aligned;
 }
 
@@ -42,45 +43,87 @@ struct KernelChoice {
 KernelChoice choose_kernel(const detail::AttentionProblem& p) {
   KernelChoice c;
   const std::int64_t group = p.group_size();
-  c.vec = rows_vectorisable(p.kv.k, p.kv.dtype) && rows_vectorisable(p.kv.v, p.kv.dtype);
-  const bool sixteen_bit = p.kv.dtype == DType::kBF16 || p.kv.dtype == DType::kF16;
-  c.mma = c.vec && sixteen_bit && p.qo.q_dtype == p.kv.dtype && group >= 4 &&
-          (p.head_dim == 64 || p.head_dim == 128);
+  const DType kv = p.kv.dtype, q = p.qo.q_dtype;
+  c.vec = rows_vectorisable(p.kv.k, kv, 8) && rows_vectorisable(p.kv.v, kv, 8);
+  const bool q16 = q == DType::kBF16 || q == DType::kF16;
+  // The tensor cores multiply in q's 16-bit dtype when the cache has it, or in f16 for an fp8
+  // cache copied in 16-element (16-byte) chunks and widened exactly.
+  const bool mma_kv = kv == q || (is_fp8(kv) && rows_vectorisable(p.kv.k, kv, 16) &&
+                                  rows_vectorisable(p.kv.v, kv, 16));
+  c.mma = c.vec && q16 && mma_kv && group >= 4 && (p.head_dim == 64 || p.head_dim == 128);
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
   c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
   c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
   return c;
 }
 
+// Programmatic dependent launch needs sm_90.
+bool supports_dependent_launch() {
+  int device = 0, major = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
+  return major >= 9;
+}
+
 __device__ __forceinline__ float neg_inf() { return detail::kNegInf; }
 }  // namespace
 
-__global__ void merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm) {
+// One CTA per (sequence, query head) that was split. Warps take every kMergeWarps-th split,
+// lanes 32-dim strides of head_dim (coalesced), loads unrolled so they overlap; the warps'
+// sums meet in shared memory.
+__global__ void __launch_bounds__(kDecodeThreads) merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm) {
+  constexpr int kMergeWarps = kDecodeThreads / 32, kMaxDimSteps = 256 / 32;
+  wait_for_primary_grid();
   const detail::AttentionProblem& p = prm.p;
   const std::int64_t s = blockIdx.x, h = blockIdx.y;
   const std::int64_t n = num_splits_of(prm, p.pages_of(s).kv_len);
   if (n <= 1) return;  // written directly by the decode kernel
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int D = static_cast<int>(p.head_dim);
   const std::int64_t base = s * prm.max_splits * p.num_q_heads + h;
+  const float* lse = prm.part_lse + base;  // split i at lse[i * num_q_heads]
+  __shared__ float s_red[kMergeWarps];
+  __shared__ float s_o[kMergeWarps][256];
+  // Block-wide max of the split LSEs (base 2), with the sink as one more term.
   float M = p.variant.sinks ? p.variant.sinks[h] * kLog2e : neg_inf();
-  for (std::int64_t i = 0; i < n; ++i) M = fmaxf(M, prm.part_lse[base + i * p.num_q_heads]);
-  float L = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < n; i += kDecodeThreads) M = fmaxf(M, lse[i * p.num_q_heads]);
+  for (int off = 16; off > 0; off /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+  if (lane == 0) s_red[warp] = M;
+  __syncthreads();
+  M = s_red[0];
+  for (int w = 1; w < kMergeWarps; ++w) M = fmaxf(M, s_red[w]);
+  // This warp's splits: weights exp2(lse - M), weighted outputs per dim.
+  float L = 0.0f, o[kMaxDimSteps] = {};
   if (M != neg_inf()) {
-    L = p.variant.sinks ? exp2f(p.variant.sinks[h] * kLog2e - M) : 0.0f;
-    for (std::int64_t i = 0; i < n; ++i) L += exp2f(prm.part_lse[base + i * p.num_q_heads] - M);
+#pragma unroll 4
+    for (std::int64_t i = warp; i < n; i += kMergeWarps) {
+      const std::int64_t part = base + i * p.num_q_heads;
+      const float w = exp2f(prm.part_lse[part] - M);
+      L += w;
+      const float* row = prm.part_o + part * D;
+#pragma unroll
+      for (int k = 0; k < kMaxDimSteps; ++k) {
+        if (lane + 32 * k < D) o[k] = fmaf(w, row[lane + 32 * k], o[k]);
+      }
+    }
   }
+  __syncthreads();  // s_red is reused for the sums
+  if (lane == 0) s_red[warp] = L;
+#pragma unroll
+  for (int k = 0; k < kMaxDimSteps; ++k) {
+    if (lane + 32 * k < D) s_o[warp][lane + 32 * k] = o[k];
+  }
+  __syncthreads();
+  L = 0.0f;
+  for (int w = 0; w < kMergeWarps; ++w) L += s_red[w];
+  if (p.variant.sinks && M != neg_inf()) L += exp2f(p.variant.sinks[h] * kLog2e - M);
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
   std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
-  for (std::int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.0f;
-    if (L > 0.0f) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t part = base + i * p.num_q_heads;
-        const float w = exp2f(prm.part_lse[part] - M);
-        if (w > 0.0f) o = fmaf(w, prm.part_o[part * p.head_dim + d], o);
-      }
-    }
-    store_one(o_row, p.qo.out_dtype, d, o * inv);
+  for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
+    float sum = 0.0f;
+    for (int w = 0; w < kMergeWarps; ++w) sum += s_o[w][d];
+    store_one(o_row, p.qo.out_dtype, d, sum * inv);
   }
   if (threadIdx.x == 0 && p.qo.lse) {
     p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
@@ -162,10 +205,13 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  if (choice.mma && p.kv.dtype == DType::kBF16) {
-    launch_paged_decode_mma<__nv_bfloat16>(prm, static_cast<int>(p.head_dim), grid, stream);
-  } else if (choice.mma) {
-    launch_paged_decode_mma<__half>(prm, static_cast<int>(p.head_dim), grid, stream);
+  if (choice.mma) {
+    switch (p.kv.dtype) {
+      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), grid, stream); break;
+      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;
+      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;
+    }
   } else {
     switch (p.kv.dtype) {
       case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, lanes, g_tile, grid, stream); break;
@@ -178,8 +224,18 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   }
   check_launch("paged_decode_kernel", stream);
   if (plan.max_splits > 1) {
-    merge_splits_kernel<<<dim3(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_q_heads)),
-                          kDecodeThreads, 0, stream>>>(prm);
+    // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
+    // waits in wait_for_primary_grid() until its partial states are written.
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_q_heads));
+    config.blockDim = dim3(kDecodeThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = supports_dependent_launch() ? 1 : 0;
+    check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
     check_launch("merge_splits_kernel", stream);
   }
   if (owned) check_cuda(cudaFreeAsync(owned, stream), "decode workspace free");

@@ -70,8 +70,22 @@ struct DecodeCta {
   std::int64_t t_begin = 0, t_end = 0;  // keys [t_begin, t_end) of the split, window applied
 };
 
+// Programmatic dependent launch (sm_90+; no-ops before): the decode grid lets the merge grid
+// launch early, and the merge grid waits until the decode grid's writes are visible.
+__device__ __forceinline__ void allow_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_primary_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Fills `cta` from the block index; false when the block has no split of its sequence to do.
 __device__ __forceinline__ bool init_cta(const DecodeKernelParams& prm, int g_tile, DecodeCta& cta) {
+  allow_dependent_grid();  // the merge grid only waits; it may be scheduled now
   const detail::AttentionProblem& p = prm.p;
   cta.s = blockIdx.z;
   cta.split = blockIdx.x;
@@ -396,10 +410,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __syncthreads();
   write_cta_result(prm, cta, s_m, s_l, s_acc, kRows, kG, Smem::kDMax, v_scale);
 }
-
-// Combines the splits of every (sequence, query head) that was split, applying the sinks.
-// grid (num_seqs, num_q_heads), block kDecodeThreads.
-__global__ void merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm);
 
 // Launches paged_decode_kernel<KV, lanes, g_tile, pipelined> (lanes in {8, 16, 32}: head_dim
 // up to 64, 128, 256; g_tile in {1, 4, 8}). Instantiated per KV type in instantiations/*.cu.

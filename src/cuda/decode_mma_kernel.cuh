@@ -7,17 +7,20 @@
 // (rows past the group are zero queries whose results are discarded). K/V tiles of 16 keys
 // stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
 // the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
-// Used for 16-bit caches whose dtype equals q's, head_dim 64 or 128, group size >= 4.
+// Used for head_dim 64 or 128, group size >= 4, and a 16-bit q with a cache of q's dtype or of
+// fp8. fp8 tiles land unpadded in shared memory; each lane widens the chunks it copied to f16
+// (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile, q is scaled into f16's
+// range by a power of two, and the K/V scales fold into the logit scale and the final output.
 #pragma once
 
 #include "cuda/decode_kernel.cuh"
 
 namespace pagedattn::cuda {
 
-template <class KV>
+template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                          std::uint32_t b1) {
-  if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -45,9 +48,9 @@ __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* s
 }
 
 // Two floats as a packed 16-bit pair, the first in the low half.
-template <class KV>
+template <class T>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const std::uint32_t*>(&v);
   } else {
@@ -56,28 +59,41 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// Shared memory of one CTA: staged page ids, then the per-warp cp.async pipeline
+// ([stage][warp][k|v] tiles of kTokens rows) followed, for fp8, by each warp's widened K/V
+// tiles; after the loop the same region holds the warps' states for the final merge.
 template <class KV, int kD>
 struct MmaDecodeSmem {
+  static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
   static constexpr int kWarps = kDecodeThreads / 32;
-  static constexpr int kTokens = 16;     // keys per warp step
-  static constexpr int kRowElems = kD + 8;  // +16 bytes: ldmatrix rows fall in distinct banks
+  static constexpr int kTokens = 16;        // keys per warp step
+  static constexpr int kRowElems = kD + 8;  // 16-bit rows +16 bytes: ldmatrix rows in distinct banks
   static constexpr int kStages = 3;
   static constexpr int kPageChunk = 1024;
-  static constexpr int kTileBytes = kTokens * kRowElems * 2;          // one of K or V
+  // fp8 rows stay unpadded: only the lane that copied a chunk reads it back.
+  static constexpr int kStageRowBytes = kFp8 ? kD : kRowElems * 2;
+  static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
+  static constexpr int kTileBytes = kTokens * kStageRowBytes;  // one of K or V
   static constexpr int kStageWarpBytes = 2 * kTileBytes;
-  static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes;
+  static constexpr int kWideTileBytes = kTokens * kRowElems * 2;
+  static constexpr int kWideBytes = kFp8 ? kWarps * 2 * kWideTileBytes : 0;
+  static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
   static constexpr int kMergeBytes = kWarps * 16 * (kD + 2) * 4;
   static constexpr int kBytes = kPageChunk * 4 + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
 };
 
-template <class KV, int kD>
+// KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
+// f16 for fp8 caches).
+template <class KV, class T, int kD>
 __global__ void __launch_bounds__(kDecodeThreads)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
   using Smem = MmaDecodeSmem<KV, kD>;
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
   constexpr int kG = 16;              // query-head rows of the mma tile
-  constexpr int kChunks = kD / 8;     // 16-byte chunks per K/V row
+  constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems;
+  constexpr bool kFp8 = Smem::kFp8;
   constexpr float kNegInf = detail::kNegInf;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* s_pages = reinterpret_cast<std::int32_t*>(smem);
@@ -94,7 +110,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
   const float soft_cap = p.variant.soft_cap;
   const bool plain = soft_cap == 0.0f && p.variant.alibi_slopes == nullptr;
-  const float s_mul = p.variant.scale * (plain ? kLog2e : 1.0f);
+  const float k_scale = kFp8 ? p.kv.k_scale_of(kv_head) : 1.0f;
+  const float v_scale = kFp8 ? p.kv.v_scale_of(kv_head) : 1.0f;
+  float s_mul = p.variant.scale * k_scale * (plain ? kLog2e : 1.0f);
   const detail::KVTensorAccess& ka = p.kv.k;
   const detail::KVTensorAccess& va = p.kv.v;
 
@@ -112,13 +130,41 @@ __global__ void __launch_bounds__(kDecodeThreads)
       slope[r] = (g < n_g && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
     }
     auto q_at = [&](int r, int d) { return rows[r] ? load_one(rows[r], p.qo.q_dtype, d) : 0.0f; };
+    // This lane's fragment values: [k-step][row r][dims d, d+1, d+8, d+9].
+    float qf[kD / 16][2][4];
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const int d = kk * 16 + tig * 2;
-      qa[kk][0] = pack2<KV>(q_at(0, d), q_at(0, d + 1));
-      qa[kk][1] = pack2<KV>(q_at(1, d), q_at(1, d + 1));
-      qa[kk][2] = pack2<KV>(q_at(0, d + 8), q_at(0, d + 9));
-      qa[kk][3] = pack2<KV>(q_at(1, d + 8), q_at(1, d + 9));
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        qf[kk][r][0] = q_at(r, d), qf[kk][r][1] = q_at(r, d + 1);
+        qf[kk][r][2] = q_at(r, d + 8), qf[kk][r][3] = q_at(r, d + 9);
+      }
+    }
+    if constexpr (kFp8) {
+      // fp8 tiles multiply in f16 whatever q's dtype: q is scaled by a power of two that keeps
+      // the tile's largest |q| below 2^15 (exact; undone in the logit scale).
+      float amax = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(qf[kk][i / 4][i % 4]));
+      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      int e = 0;
+      frexpf(amax, &e);  // amax < 2^e
+      const int shift = max(0, e - 15);
+      s_mul = ldexpf(s_mul, shift);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) qf[kk][i / 4][i % 4] = ldexpf(qf[kk][i / 4][i % 4], -shift);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      qa[kk][0] = pack2<T>(qf[kk][0][0], qf[kk][0][1]);
+      qa[kk][1] = pack2<T>(qf[kk][1][0], qf[kk][1][1]);
+      qa[kk][2] = pack2<T>(qf[kk][0][2], qf[kk][0][3]);
+      qa[kk][3] = pack2<T>(qf[kk][1][2], qf[kk][1][3]);
     }
   }
 
@@ -130,43 +176,76 @@ __global__ void __launch_bounds__(kDecodeThreads)
   // This lane copies 16-byte chunk (lane % kChunks) of rows lane / kChunks + i * (32 / kChunks):
   // the chunk's offset within a (page, token) is fixed, computed once.
   static_assert(32 % kChunks == 0, "a warp covers whole rows");
+  static_assert(!kFp8 || std::is_same_v<T, __half>, "fp8 tiles are widened to f16");
   const int lane_chunk = lane % kChunks, lane_row = lane / kChunks;
-  const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, lane_chunk * 8);
-  const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, lane_chunk * 8);
+  const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, lane_chunk * kChunkElems);
+  const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, lane_chunk * kChunkElems);
   unsigned char* warp_pipe = s_region + warp * Smem::kStageWarpBytes;
-  auto tile_ptr = [&](std::int64_t j, int is_v) {
-    return reinterpret_cast<KV*>(warp_pipe + (j % kStages) * (kWarps * Smem::kStageWarpBytes) +
-                                 is_v * Smem::kTileBytes);
+  auto stage_ptr = [&](std::int64_t j, int is_v) {
+    return warp_pipe + (j % kStages) * (kWarps * Smem::kStageWarpBytes) + is_v * Smem::kTileBytes;
   };
+  // Row r, chunk c of a staged tile.
+  auto chunk_ptr = [&](unsigned char* tile, int r, int c) { return tile + r * Smem::kStageRowBytes + c * 16; };
+  // The 16-bit tiles the tensor cores read: the staged ones, or (fp8) this warp's widened copies.
+  T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes +
+                                 warp * 2 * Smem::kWideTileBytes);
+  auto tile_ptr = [&](std::int64_t j, int is_v) {
+    if constexpr (kFp8) return wide + is_v * (Smem::kWideTileBytes / 2);
+    else return reinterpret_cast<T*>(stage_ptr(j, is_v));
+  };
+  const bool page_tiles = P % kTokens == 0;
+  const std::int64_t k_row_step = (32 / kChunks) * ka.token_stride;  // between a lane's rows
+  const std::int64_t v_row_step = (32 / kChunks) * va.token_stride;
 
   for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
     const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
     stage_pages(cta, cp0, cp1, s_pages);
     const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
-    const std::int64_t n_tiles = ceil_div(c_end - c_begin, kTokens);
+    // Tiles start at multiples of kTokens, so with page sizes that are multiples of kTokens a
+    // tile never straddles pages; keys of a tile outside [c_begin, c_end) are masked.
+    const std::int64_t c_lo = c_begin - c_begin % kTokens;
+    const std::int64_t n_tiles = ceil_div(c_end - c_lo, kTokens);
     const std::int64_t n_mine = n_tiles > warp ? ceil_div(n_tiles - warp, kWarps) : 0;
-    auto tile_start = [&](std::int64_t j) { return c_begin + (warp + j * kWarps) * kTokens; };
+    auto tile_start = [&](std::int64_t j) { return c_lo + (warp + j * kWarps) * kTokens; };
+    // Element offsets of token t's row in K and V (this lane's chunk), through the page table.
+    auto row_offset = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
+      const auto local = static_cast<std::uint32_t>(t - cp0 * P);
+      const std::uint32_t page_idx = prm.page_div.div(local);
+      const std::int64_t page = s_pages[page_idx];
+      const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
+      k_off = page * ka.page_stride + slot * ka.token_stride;
+      v_off = page * va.page_stride + slot * va.token_stride;
+    };
 
     auto issue = [&](std::int64_t j) {
       if (j < n_mine) {
-        KV* k_tile = tile_ptr(j, 0);
-        KV* v_tile = tile_ptr(j, 1);
+        const std::int64_t t0 = tile_start(j);
+        if (page_tiles && t0 >= c_begin && t0 + kTokens <= c_end) {
+          // The whole tile is one run of a page: one page-table lookup, rows at fixed steps.
+          std::int64_t k_off, v_off;
+          row_offset(t0 + lane_row, k_off, v_off);
 #pragma unroll
-        for (int i = 0; i < kTokens * kChunks / 32; ++i) {
-          const int r = lane_row + i * (32 / kChunks);
-          const std::int64_t t = tile_start(j) + r;
-          KV* k_dst = k_tile + r * kRowElems + lane_chunk * 8;
-          KV* v_dst = v_tile + r * kRowElems + lane_chunk * 8;
-          if (t < c_end) {
-            const auto local = static_cast<std::uint32_t>(t - cp0 * P);
-            const std::uint32_t page_idx = prm.page_div.div(local);
-            const std::int64_t page = s_pages[page_idx];
-            const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
-            cp_async(k_dst, k_base + page * ka.page_stride + slot * ka.token_stride, 16);
-            cp_async(v_dst, v_base + page * va.page_stride + slot * va.token_stride, 16);
-          } else {  // past the end: zeros, so 0-weight keys cannot turn into NaN
-            *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
-            *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+          for (int i = 0; i < kTokens * kChunks / 32; ++i) {
+            const int r = lane_row + i * (32 / kChunks);
+            cp_async(chunk_ptr(stage_ptr(j, 0), r, lane_chunk), k_base + k_off + i * k_row_step, 16);
+            cp_async(chunk_ptr(stage_ptr(j, 1), r, lane_chunk), v_base + v_off + i * v_row_step, 16);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kTokens * kChunks / 32; ++i) {
+            const int r = lane_row + i * (32 / kChunks);
+            const std::int64_t t = t0 + r;
+            unsigned char* k_dst = chunk_ptr(stage_ptr(j, 0), r, lane_chunk);
+            unsigned char* v_dst = chunk_ptr(stage_ptr(j, 1), r, lane_chunk);
+            if (t >= c_begin && t < c_end) {
+              std::int64_t k_off, v_off;
+              row_offset(t, k_off, v_off);
+              cp_async(k_dst, k_base + k_off, 16);
+              cp_async(v_dst, v_base + v_off, 16);
+            } else {  // outside the keys: zeros, so 0-weight keys cannot turn into NaN
+              *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
+              *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+            }
           }
         }
       }
@@ -179,9 +258,21 @@ __global__ void __launch_bounds__(kDecodeThreads)
       __syncwarp();  // every lane is done reading the stage about to be refilled
       issue(j + kStages - 1);
       cp_async_wait<kStages - 1>();
-      __syncwarp();  // tile j's copies, made by all lanes, are visible to all lanes
-      const KV* k_tile = tile_ptr(j, 0);
-      const KV* v_tile = tile_ptr(j, 1);
+      if constexpr (kFp8) {  // widen the chunks this lane copied (its own copies have landed)
+#pragma unroll
+        for (int i = 0; i < kTokens * kChunks / 32; ++i) {
+          const int r = lane_row + i * (32 / kChunks);
+#pragma unroll
+          for (int is_v = 0; is_v < 2; ++is_v) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(j, is_v), r, lane_chunk));
+            uint4* dst = reinterpret_cast<uint4*>(tile_ptr(j, is_v) + r * kRowElems + lane_chunk * 16);
+            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+          }
+        }
+      }
+      __syncwarp();  // tile j, copied (and widened) by all lanes, is visible to all lanes
+      const T* k_tile = tile_ptr(j, 0);
+      const T* v_tile = tile_ptr(j, 1);
       const std::int64_t t0 = tile_start(j);
 
       float sc[2][4] = {};
@@ -191,11 +282,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
         for (int kk = 0; kk < kD / 16; kk += 2) {
           std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
           ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
-          mma16816<KV>(sc[nt], qa[kk], b[0], b[1]);
-          mma16816<KV>(sc[nt], qa[kk + 1], b[2], b[3]);
+          mma16816<T>(sc[nt], qa[kk], b[0], b[1]);
+          mma16816<T>(sc[nt], qa[kk + 1], b[2], b[3]);
         }
       }
-      // Logits (base 2), masked past the end.
+      // Logits (base 2), keys outside [c_begin, c_end) masked.
       float rmax[2] = {kNegInf, kNegInf};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
@@ -208,7 +299,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
             if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
             x = (x + slope[r] * static_cast<float>(t - q_pos)) * kLog2e;
           }
-          x = t < c_end ? x : kNegInf;
+          x = t >= c_begin && t < c_end ? x : kNegInf;
           sc[nt][e] = x;
           rmax[r] = fmaxf(rmax[r], x);
         }
@@ -234,20 +325,23 @@ __global__ void __launch_bounds__(kDecodeThreads)
           l[r] += pr[nt][e];
         }
       }
-      pa[0] = pack2<KV>(pr[0][0], pr[0][1]);
-      pa[1] = pack2<KV>(pr[0][2], pr[0][3]);
-      pa[2] = pack2<KV>(pr[1][0], pr[1][1]);
-      pa[3] = pack2<KV>(pr[1][2], pr[1][3]);
+      pa[0] = pack2<T>(pr[0][0], pr[0][1]);
+      pa[1] = pack2<T>(pr[0][2], pr[0][3]);
+      pa[2] = pack2<T>(pr[1][0], pr[1][1]);
+      pa[3] = pack2<T>(pr[1][2], pr[1][3]);
+      // The running maxima settle after the first tiles: skip the rescale while they hold.
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+        for (int n = 0; n < kD / 8; ++n) {
+          o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+        }
       }
 #pragma unroll
       for (int n = 0; n < kD / 8; n += 2) {
         std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
         ldmatrix_x4<true>(b, v_tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
-        mma16816<KV>(o[n], pa, b[0], b[1]);
-        mma16816<KV>(o[n + 1], pa, b[2], b[3]);
+        mma16816<T>(o[n], pa, b[0], b[1]);
+        mma16816<T>(o[n + 1], pa, b[2], b[3]);
       }
     }
     cp_async_wait<0>();
@@ -275,16 +369,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
   }
   __syncthreads();
-  write_cta_result(prm, cta, s_m, s_l, s_acc, kWarps, kG, kD, 1.0f);
+  write_cta_result(prm, cta, s_m, s_l, s_acc, kWarps, kG, kD, v_scale);
 }
 
-// Launches paged_decode_mma_kernel<KV, head_dim> (KV bf16 or f16; head_dim 64 or 128).
-template <class KV>
+// Launches paged_decode_mma_kernel<KV, T, head_dim> (T bf16 or f16; KV = T, or fp8 with T = f16;
+// head_dim 64 or 128). Instantiated in instantiations/decode_mma_*.cu.
+template <class KV, class T>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
   auto launch = [&](auto d_c) {
     constexpr int kD = decltype(d_c)::value;
     constexpr int kBytes = MmaDecodeSmem<KV, kD>::kBytes;
-    auto kernel = paged_decode_mma_kernel<KV, kD>;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD>;
     static const cudaError_t configured =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (configured != cudaSuccess) return;

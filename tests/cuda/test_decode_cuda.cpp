@@ -272,6 +272,11 @@ std::vector<Case> cases() {
   { Case c; c.sinks = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.sinks = true; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E4M3; c.per_head_scales = true; out.push_back(c); }
+  // fp8 through the tensor-core kernel: f16 q, head_dim 64 with two head tiles, split-K + variants.
+  { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.per_head_scales = true; c.layout = KVLayout::kHND; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E5M2; c.head_dim = 64; c.num_q_heads = 40; c.num_kv_heads = 2; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kOnePass; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 16; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 48; c.page_size = 3; c.window = 100; c.alibi = true; c.soft_cap = 8.0f; c.lens = ragged; out.push_back(c); }

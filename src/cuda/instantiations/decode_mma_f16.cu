@@ -1,6 +1,6 @@
-// Tensor-core GQA decode kernels for a f16 cache (head_dim 64 and 128).
+// Tensor-core GQA decode kernels for a f16 cache and f16 q (head_dim 64 and 128).
 #include "cuda/decode_mma_kernel.cuh"
 
 namespace pagedattn::cuda {
-template void launch_paged_decode_mma<__half>(const DecodeKernelParams&, int, dim3, cudaStream_t);
+template void launch_paged_decode_mma<__half, __half>(const DecodeKernelParams&, int, dim3, cudaStream_t);
 }  // namespace pagedattn::cuda

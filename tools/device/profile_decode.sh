@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Nsight Compute over chosen decode shapes: per-kernel durations of every decode/merge launch,
+# and the throughput, occupancy and warp-stall sections of the decode kernel, written to
+# RESULTS_DIR (default $OUT, else bench/results/local). Needs a CUDA build in build-gpu/
+# (tools/device/run_gpu_suite.sh makes one).
+# Usage: tools/device/profile_decode.sh "NAME: bench options" ...
+#   e.g. tools/device/profile_decode.sh "gqa-b64: --batch 64 --seq-len 2048 --heads 32/8"
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+RESULTS_DIR=${RESULTS_DIR:-${OUT:-$PWD/bench/results/local}}
+mkdir -p "$RESULTS_DIR"
+for spec in "$@"; do
+  name=${spec%%:*}
+  read -r -a opts <<<"${spec#*:}"
+  bench=(build-gpu/pagedattn bench decode --device cuda --iters 3 --warmup 1 "${opts[@]}")
+  echo "==> $name: ${opts[*]}"
+  ncu --kernel-name regex:'decode|merge' --metrics gpu__time_duration.sum,dram__bytes_read.sum.per_second \
+    --csv "${bench[@]}" >"$RESULTS_DIR/ncu-$name-times.csv" 2>"$RESULTS_DIR/ncu-$name-times.err"
+  python3 - "$RESULTS_DIR/ncu-$name-times.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows: print("  no kernels profiled"); sys.exit()
+head = rows[0]; k = head.index("Kernel Name"); m = head.index("Metric Name"); v = head.index("Metric Value"); u = head.index("Metric Unit")
+agg = collections.defaultdict(list)
+for r in rows[1:]: agg[(r[k][:60], r[m], r[u])].append(float(r[v].replace(",", "")))
+for (kn, mn, un), vals in sorted(agg.items()):
+  vals.sort(); print(f"  {kn:60s} {mn:40s} median {vals[len(vals)//2]:.1f} {un} (n={len(vals)})")
+PY
+  ncu --kernel-name regex:'paged_decode' --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+    --section MemoryWorkloadAnalysis --section SchedulerStats \
+    "${bench[@]}" >"$RESULTS_DIR/ncu-$name-sections.txt" 2>&1
+  grep -E "DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Block Limit" \
+    "$RESULTS_DIR/ncu-$name-sections.txt" | head -30
+done
