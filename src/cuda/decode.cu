@@ -11,8 +11,6 @@ namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
-constexpr int kCtasPerSm = 2;  // CTAs per SM the plan aims for (the GQA kernel fits 2 by shared memory)
-
 int num_sms(int device) {
   int n = 0;
   check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "SM count");
@@ -149,8 +147,10 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     // Aim for one full wave of target CTAs. A batch with fewer (sequence, head tile) units than
     // that splits every sequence into the same number of equal parts, so the wave stays whole;
     // a larger batch only splits sequences longer than a balanced share of all keys.
+    // Two CTAs per SM: longer splits, fewer merges. (The two-warp tensor-core GQA kernel fits
+    // four per SM; aiming for four made d-long1 and d-ragged slower: shorter splits.)
     const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p).head_tiles;
-    const std::int64_t target = static_cast<std::int64_t>(num_sms(device)) * kCtasPerSm;
+    const std::int64_t target = static_cast<std::int64_t>(num_sms(device)) * 2;
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
     std::int64_t share = 0;
     if (units < target) {

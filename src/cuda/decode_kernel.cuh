@@ -108,7 +108,7 @@ __device__ __forceinline__ bool init_cta(const DecodeKernelParams& prm, int g_ti
 __device__ __forceinline__ void stage_pages(const DecodeCta& cta, std::int64_t cp0, std::int64_t cp1,
                                             std::int32_t* s_pages) {
   __syncthreads();  // the previous chunk's ids are no longer read
-  for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += kDecodeThreads) {
+  for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += blockDim.x) {
     s_pages[i] = static_cast<std::int32_t>(cta.pages.page(cp0 + i));
   }
   __syncthreads();
@@ -125,7 +125,7 @@ __device__ __forceinline__ void write_cta_result(const DecodeKernelParams& prm, 
   const int D = static_cast<int>(p.head_dim);
   const float neg_inf = detail::kNegInf;
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
-  for (int idx = threadIdx.x; idx < cta.n_g * D; idx += kDecodeThreads) {
+  for (int idx = threadIdx.x; idx < cta.n_g * D; idx += static_cast<int>(blockDim.x)) {
     const int g = idx / D, d = idx % D;
     const std::int64_t h = static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0 + g;
     float M = neg_inf;

@@ -62,10 +62,15 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 // Shared memory of one CTA: staged page ids, then the per-warp cp.async pipeline
 // ([stage][warp][k|v] tiles of kTokens rows) followed, for fp8, by each warp's widened K/V
 // tiles; after the loop the same region holds the warps' states for the final merge.
+// Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128) lets 4 CTAs share an SM, so
+// one CTA's start (page ids, Q, pipeline fill) and end (merge, writes) overlap three others'
+// streaming instead of one.
+constexpr int kMmaDecodeThreads = 64;
+
 template <class KV, int kD>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
-  static constexpr int kWarps = kDecodeThreads / 32;
+  static constexpr int kWarps = kMmaDecodeThreads / 32;
   static constexpr int kTokens = 16;        // keys per warp step
   static constexpr int kRowElems = kD + 8;  // 16-bit rows +16 bytes: ldmatrix rows in distinct banks
   static constexpr int kStages = 3;
@@ -86,7 +91,7 @@ struct MmaDecodeSmem {
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
 template <class KV, class T, int kD>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kMmaDecodeThreads)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
   using Smem = MmaDecodeSmem<KV, kD>;
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages;
@@ -383,7 +388,7 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 g
     static const cudaError_t configured =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
     if (configured != cudaSuccess) return;
-    kernel<<<grid, kDecodeThreads, kBytes, stream>>>(prm);
+    kernel<<<grid, kMmaDecodeThreads, kBytes, stream>>>(prm);
   };
   if (head_dim == 64) launch(std::integral_constant<int, 64>{});
   else launch(std::integral_constant<int, 128>{});
