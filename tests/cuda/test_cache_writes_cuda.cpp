@@ -18,6 +18,7 @@
 
 #include "cache_twin.h"
 #include "device_buffer.h"
+#include "test_name.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 
@@ -49,8 +50,7 @@ std::string name_of(const AppendCase& c) {
   if (c.strided_input) s += "_instride";
   if (c.unaligned_input) s += "_inunaligned";
   if (c.nonfinite) s += "_nonfinite";
-  for (char& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return test::gtest_name(s);
 }
 void PrintTo(const AppendCase& c, std::ostream* os) { *os << name_of(c); }
 
@@ -291,8 +291,7 @@ std::string name_of(const CopyCase& c) {
   std::string s = test::geom_name(c.cache) + "_pairs" + std::to_string(c.num_pairs);
   if (c.i32) s += "_i32";
   if (c.strided) s += "_strided";
-  for (char& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return test::gtest_name(s);
 }
 void PrintTo(const CopyCase& c, std::ostream* os) { *os << name_of(c); }
 

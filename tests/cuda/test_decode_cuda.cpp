@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device_buffer.h"
+#include "test_name.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 
@@ -47,8 +48,7 @@ std::string name_of(const Case& c) {
   if (c.per_head_scales) s += "_headscale";
   if (c.variant == DecodeVariant::kOnePass) s += "_onepass";
   if (c.variant == DecodeVariant::kSplitK) s += "_split" + std::to_string(c.partition);
-  for (char& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return test::gtest_name(s);
 }
 
 double tolerance(DType out) { return out == DType::kF32 ? 1e-4 : out == DType::kF16 ? 2e-3 : 1.6e-2; }

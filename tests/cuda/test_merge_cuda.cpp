@@ -15,6 +15,7 @@
 
 #include "cache_twin.h"
 #include "device_buffer.h"
+#include "test_name.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 
@@ -45,8 +46,7 @@ std::string name_of(const MergeCase& c) {
   if (c.alias) s += "_alias";
   if (c.state_major) s += "_statemajor";
   if (c.unaligned) s += "_unaligned";
-  for (char& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return test::gtest_name(s);
 }
 void PrintTo(const MergeCase& c, std::ostream* os) { *os << name_of(c); }
 
