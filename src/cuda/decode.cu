@@ -158,7 +158,11 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     } else {
       share = (total * per_seq_ctas + target - 1) / target;
     }
-    plan.partition_tokens = round_up(std::max(share, kMinPartitionTokens));
+    // The longest sequence in equal parts: a short last part would cost a whole CTA start and
+    // a merge input for little work.
+    share = std::max(share, kMinPartitionTokens);
+    const std::int64_t parts = std::max<std::int64_t>(1, (max_len + share - 1) / share);
+    plan.partition_tokens = round_up((max_len + parts - 1) / parts);
     if (options.variant == DecodeVariant::kAuto && plan.partition_tokens >= max_len) {
       plan.partition_tokens = round_up(max_len);
     }

@@ -105,14 +105,39 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   unsigned char* s_region = smem + kPageChunk * 4;
 
   const detail::AttentionProblem& p = prm.p;
-  DecodeCta cta;
-  if (!init_cta(prm, kG, cta)) return;
-  const std::int64_t s = cta.s, q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
-  const int kv_head = cta.kv_head, group = cta.group, g0 = cta.g0, n_g = cta.n_g;
-  const std::int64_t P = p.kv.page_size;
-
+  DecodeCta cta = cta_coords(prm, kG);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
+
+  // q first: its loads need only the block index, so they overlap init_cta's page-table reads.
+  // This lane's fragment values: [k-step][row r][dims d, d+1, d+8, d+9] of query heads
+  // g0 + gid + 8 * r (rows past the tile's heads are zero).
+  float qf[kD / 16][2][4];
+  float slope[2];
+  visit_q_type(p.qo.q_dtype, [&](auto tag) {
+    using Q = typename decltype(tag)::type;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int g = gid + 8 * r;
+      const std::int64_t h = static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0 + g;
+      const bool live = g < cta.n_g;
+      slope[r] = (live && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
+      const Q* row = reinterpret_cast<const Q*>(p.qo.q) + cta.s * p.qo.q_token_stride + h * p.qo.q_head_stride;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const int d = kk * 16 + tig * 2;
+        qf[kk][r][0] = live ? to_float(row[d]) : 0.0f;
+        qf[kk][r][1] = live ? to_float(row[d + 1]) : 0.0f;
+        qf[kk][r][2] = live ? to_float(row[d + 8]) : 0.0f;
+        qf[kk][r][3] = live ? to_float(row[d + 9]) : 0.0f;
+      }
+    }
+  });
+  if (!init_cta(prm, cta)) return;
+  const std::int64_t q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
+  const int kv_head = cta.kv_head;
+  const std::int64_t P = p.kv.page_size;
+
   const float soft_cap = p.variant.soft_cap;
   const bool plain = soft_cap == 0.0f && p.variant.alibi_slopes == nullptr;
   const float k_scale = kFp8 ? p.kv.k_scale_of(kv_head) : 1.0f;
@@ -123,29 +148,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 
   // Q as A fragments, one per 16-dim k-step; rows gid and gid + 8 are query heads g0 + row.
   std::uint32_t qa[kD / 16][4];
-  float slope[2];
   {
-    const auto q_size = static_cast<std::int64_t>(dtype_size(p.qo.q_dtype));
-    const std::byte* rows[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int g = gid + 8 * r;
-      const std::int64_t h = static_cast<std::int64_t>(kv_head) * group + g0 + g;
-      rows[r] = g < n_g ? p.qo.q + (s * p.qo.q_token_stride + h * p.qo.q_head_stride) * q_size : nullptr;
-      slope[r] = (g < n_g && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
-    }
-    auto q_at = [&](int r, int d) { return rows[r] ? load_one(rows[r], p.qo.q_dtype, d) : 0.0f; };
-    // This lane's fragment values: [k-step][row r][dims d, d+1, d+8, d+9].
-    float qf[kD / 16][2][4];
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const int d = kk * 16 + tig * 2;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        qf[kk][r][0] = q_at(r, d), qf[kk][r][1] = q_at(r, d + 1);
-        qf[kk][r][2] = q_at(r, d + 8), qf[kk][r][3] = q_at(r, d + 9);
-      }
-    }
     if constexpr (kFp8) {
       // fp8 tiles multiply in f16 whatever q's dtype: q is scaled by a power of two that keeps
       // the tile's largest |q| below 2^15 (exact; undone in the logit scale).

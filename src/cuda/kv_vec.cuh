@@ -77,6 +77,27 @@ __device__ __forceinline__ void widen_fp8x16_to_f16(const uint4& raw, uint4& lo,
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<Q>{}) with Q the storage type of a query dtype (f32, f16 or bf16). One switch
+// around a whole block of loads lets them all be in flight at once; load_one's switch per
+// element makes each load wait for the previous one's use (a 64-element q fragment then took
+// microseconds at every CTA start).
+template <class F>
+__device__ __forceinline__ void visit_q_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: f(TypeTag<float>{}); break;
+    case DType::kF16: f(TypeTag<__half>{}); break;
+    default: f(TypeTag<__nv_bfloat16>{}); break;
+  }
+}
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 // One element of any float dtype (run-time type), for strided layouts and for Q/out.
 __device__ __forceinline__ float load_one(const void* base, DType t, std::int64_t i) {
   switch (t) {
