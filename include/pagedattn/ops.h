@@ -40,7 +40,8 @@ struct AppendKVOptions {
 // Writes token i's k[i] / v[i] ([num_tokens, num_kv_heads, head_dim]; f32/f16/bf16/fp8) into
 // cache slot slot_mapping[i] (i32 or i64 [num_tokens]; slot = page * page_size + offset;
 // -1 = skip; any other slot at most once). fp8 caches quantise on write with the cache's
-// scales (stored = round(x / scale), computed as x * (1 / scale) in f32). CPU and CUDA store
+// scales (stored = round(x / scale), computed as x * (1 / scale) in f32); k / v of the cache's
+// own dtype are stored unchanged (fp8 input is taken as already quantised). CPU and CUDA store
 // identical bytes.
 void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, const TensorView& v,
                const TensorView& slot_mapping, const AppendKVOptions& options = {});

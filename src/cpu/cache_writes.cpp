@@ -20,6 +20,13 @@ void write_rows(const detail::KVCacheAccess& kv, const detail::KVTensorAccess& d
       std::memcpy(base + first * out_size, row, static_cast<std::size_t>(kv.head_dim * out_size));
       continue;
     }
+    if (src.dtype == kv.dtype) {  // already in the cache's encoding (for fp8: quantised)
+      for (std::int64_t d = 0; d < kv.head_dim; ++d) {
+        std::memcpy(base + dst.offset(page, h, slot, d) * out_size, row + d * src.dim_stride * in_size,
+                    static_cast<std::size_t>(out_size));
+      }
+      continue;
+    }
     // fp8 stores x / scale; other dtypes store x.
     const float inv = is_fp8(kv.dtype) ? 1.0f / (k_side ? kv.k_scale_of(h) : kv.v_scale_of(h)) : 1.0f;
     for (std::int64_t d = 0; d < kv.head_dim; ++d) {

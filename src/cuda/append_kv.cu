@@ -5,8 +5,7 @@
 // threads take consecutive runs of a row, so NHD/HND/vLLM-K stores are coalesced (vLLM's V
 // layout keeps dims page_size apart, which no thread mapping can make contiguous). The bytes
 // stored equal src/cpu/cache_writes.cpp's: the same conversions (pagedattn/dtype.h), the same
-// x * (1 / scale) in round-to-nearest f32, and the CPU's choice between copying the input's
-// bytes unchanged and converting them (see AppendParams::raw).
+// x * (1 / scale) in round-to-nearest f32, and input of the cache's dtype copied unchanged.
 #include <algorithm>
 
 #include "cuda/cache_writes.h"
@@ -25,9 +24,8 @@ struct AppendParams {
   TokenRows rows[2];          // [0] = k, [1] = v
   IndexView slots;            // [num_tokens]
   std::int64_t num_tokens = 0;
-  // The CPU copies a row's bytes unchanged when the input already has the cache dtype and both
-  // sides are dim-contiguous, and converts element by element otherwise (which for fp8 divides
-  // by the scale again). Matching that choice keeps the two backends byte-identical.
+  // Input of the cache's dtype is stored bit for bit (for fp8 it is already quantised); any
+  // other input is converted (fp8: x / scale), as on the CPU.
   bool raw[2] = {false, false};
   bool load_vec[2] = {false, false};   // a run of the input row is one aligned vector
   bool store_vec[2] = {false, false};  // a run of the cache row is one aligned vector
@@ -120,8 +118,7 @@ void append_kv(const detail::KVCacheAccess& kv, const TokenRows& k, const TokenR
   for (int side = 0; side < 2; ++side) {
     const TokenRows& src = prm.rows[side];
     const detail::KVTensorAccess& dst = side == 0 ? kv.k : kv.v;
-    // Exactly the CPU's test (src/cpu/cache_writes.cpp, write_rows).
-    prm.raw[side] = src.dtype == kv.dtype && src.dim_stride == 1 && dst.dim_contiguous(kv.head_dim);
+    prm.raw[side] = src.dtype == kv.dtype;
     prm.load_vec[side] = rows_vectorisable(src);
     prm.store_vec[side] = cache_vectorisable(dst, kv.head_dim, kv.dtype);
   }
