@@ -46,22 +46,29 @@ using detail::AttentionProblem;
 constexpr std::int64_t kBlock = kDecodeBlock;
 constexpr std::int64_t kCacheLine = kDecodeCacheLine;
 constexpr std::int64_t kAhead = kDecodeAhead;
+constexpr std::int64_t kUnit = 16;  // tokens per unit of the token-major order
+// Floats per token of a unit's token-major logits: all query heads, padded to 16 lanes.
+constexpr std::int64_t unit_row(std::int64_t query_heads) { return (query_heads + 15) / 16 * 16; }
 
 // Per-thread f32 scratch for items of `heads` KV heads.
 struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> q, acc, s, m, l, k_tile, v_tile;
   // bf16 path: q [heads][group][padded dim] bf16, pair-ordered acc likewise, weight pairs.
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> q16, pairs;
-  hwy::AlignedFreeUniquePtr<float[]> acc16;
+  hwy::AlignedFreeUniquePtr<float[]> acc16, alpha;
 
   Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles, bool bf16) {
     const auto hg = static_cast<std::size_t>(heads * group);
     const auto hgd = hg * static_cast<std::size_t>(head_dim);
+    const auto row = static_cast<std::size_t>(unit_row(heads * group));  // >= hg, padded
     q = hwy::AllocateAligned<float>(hgd);    // [heads][group][head_dim], pre-scaled
     acc = hwy::AllocateAligned<float>(hgd);  // [heads][group][head_dim]
-    s = hwy::AllocateAligned<float>(static_cast<std::size_t>(group * kBlock));  // [group][kBlock]
-    m = hwy::AllocateAligned<float>(hg);     // [heads][group]
-    l = hwy::AllocateAligned<float>(hg);
+    // [group][kBlock], or [kUnit][row] (token-major units)
+    const std::size_t s_size = std::max<std::size_t>(static_cast<std::size_t>(group * kBlock), kUnit * row);
+    s = hwy::AllocateAligned<float>(s_size);
+    std::fill_n(s.get(), s_size, 0.0f);
+    m = hwy::AllocateAligned<float>(row);     // [heads][group]
+    l = hwy::AllocateAligned<float>(row);
     if (tiles) {
       k_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
       v_tile = hwy::AllocateAligned<float>(static_cast<std::size_t>(kBlock * head_dim));
@@ -70,7 +77,9 @@ struct Scratch {
       const auto padded = hg * static_cast<std::size_t>(bf16_padded_dim(head_dim));
       q16 = hwy::AllocateAligned<std::uint16_t>(padded);
       acc16 = hwy::AllocateAligned<float>(padded);
-      pairs = hwy::AllocateAligned<std::uint16_t>(static_cast<std::size_t>(group * kBlock));
+      // [group][kBlock] u16, or [kUnit / 2][row] u32 (token-major units)
+      pairs = hwy::AllocateAligned<std::uint16_t>(std::max<std::size_t>(static_cast<std::size_t>(group * kBlock), kUnit * row));
+      alpha = hwy::AllocateAligned<float>(row);
     }
   }
 };
@@ -295,6 +304,8 @@ struct DecodeKernel {
   std::int64_t G, D, heads;  // heads: KV heads per work item
   bool bf16 = false;         // the AVX512-BF16 micro-kernels (bf16 q/KV/out, direct rows)
   std::int64_t Dp = 0;       // their padded head dim (bf16_padded_dim)
+  // bf16 with several heads per item (NHD): keys in token-major units, see attend_units().
+  bool token_major() const { return bf16 && heads > 1; }
 
   // Row pointers of head `kh` for keys [t0, t0 + n) of the item's sequence (page-table lookup
   // once per page). Gathered layouts are converted into the thread's f32 tiles here.
@@ -363,7 +374,7 @@ struct DecodeKernel {
                        sc.l[hi * G + g], acc + g * Dp);
       }
       if (after) after->step(after->count);
-      bf16_decode_accumulate(acc, G, D, rows, s, sc.pairs.get(), far ? &far_acc : nullptr);
+      bf16_decode_accumulate(acc, G, D, rows, s, kBlock, sc.pairs.get(), far ? &far_acc : nullptr);
       return;
     }
     const float* q = sc.q.get() + hi * G * D;
@@ -412,11 +423,134 @@ struct DecodeKernel {
     }
     std::fill_n(sc.acc.get(), heads * G * D, 0.0f);
     if (bf16) std::fill_n(sc.acc16.get(), heads * G * Dp, 0.0f);
-    if (it.end > it.begin) attend_keys(it, sc);
+    if (it.end > it.begin) {
+      if constexpr (kDirect) {
+        if (token_major()) attend_units(it, sc);
+        else attend_keys(it, sc);
+      } else {
+        attend_keys(it, sc);
+      }
+    }
     if (bf16) {
       for (std::int64_t i = 0; i < heads * G; ++i) {
         bf16_unpermute_acc(sc.acc16.get() + i * Dp, D, sc.acc.get() + i * D);
       }
+    }
+  }
+
+  // Token-major order (bf16, NHD: a token's K row holds all the item's heads, likewise V). Keys
+  // go in units of up to kUnit consecutive tokens. The logits of a unit are computed for all
+  // heads a quad of token rows at a time (whole rows in address order) and stored token-major,
+  // [token][head * G + g], so the online softmax of all query heads runs lane-parallel (no
+  // horizontal reductions); the weights are paired for the p.v, which runs per head over the
+  // unit's V rows (accumulators loaded and stored once per (unit, head)). The next unit's K and
+  // V rows are prefetched, spread over the current unit's work; each quad's K rows and each
+  // head's V rows are pulled into L1 just before use.
+  void attend_units(const DecodeWorkItem& it, Scratch& sc) const {
+    const detail::SeqPages pages = p.pages_of(it.seq);
+    const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
+    const std::int64_t kh_bytes = p.kv.k.head_stride * kElem, vh_bytes = p.kv.v.head_stride * kElem;
+    const std::int64_t span = (heads - 1) * std::max(kh_bytes, vh_bytes) + D * kElem;
+    const std::int64_t HG = heads * G, row = unit_row(HG);
+    float* s = sc.s.get();
+    auto* w = reinterpret_cast<std::uint32_t*>(sc.pairs.get());
+    std::fill_n(sc.m.get() + HG, row - HG, detail::kNegInf);
+    std::fill_n(sc.l.get() + HG, row - HG, 0.0f);
+    // Prefetch distance: one unit (two measured no better; see docs/perf-notes.md).
+    constexpr int kRing = 2, dist = 1;
+    BlockRows rows[kRing], head_rows;
+    const std::int64_t units = (it.end - it.begin + kUnit - 1) / kUnit;
+    auto fill_unit = [&](std::int64_t u) {
+      const std::int64_t t = it.begin + u * kUnit;
+      fill_rows(pages, it.kv_head, t, std::min(kUnit, it.end - t), rows[u % kRing], sc);
+    };
+    for (std::int64_t u = 0; u < std::min<std::int64_t>(dist, units); ++u) fill_unit(u);
+    const std::byte* next_k[kUnit + 1];
+    const std::byte* next_v[kUnit + 1];
+    const std::byte* pf_v[kUnit + 1];
+    for (std::int64_t u = 0; u < units; ++u) {
+      const std::int64_t t0 = it.begin + u * kUnit;
+      const BlockRows& r = rows[u % kRing];
+      const std::int64_t n = r.n;
+      // The unit `dist` ahead: its rows mirror the current access pattern, so each (quad,
+      // head) of the logits prefetches the same quad and head of its K rows and each key pair
+      // of the p.v the same chunks of its V rows (clamped row lists, no branches).
+      const bool ahead = u + dist < units;
+      if (ahead) {
+        fill_unit(u + dist);
+        const BlockRows& nx = rows[(u + dist) % kRing];
+        for (std::int64_t j = 0; j <= kUnit; ++j) {
+          next_k[j] = nx.k[std::min(j, nx.n - 1)];
+          next_v[j] = nx.v[std::min(j, nx.n - 1)];
+        }
+      }
+      // Logits (each quad's K rows pulled into L1 a quad ahead), then head 0's V rows into L1.
+      bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
+                               ahead ? next_k : nullptr, s, row, span);
+      for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
+      softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc);
+      bf16_pack_pairs(s, row, n, row, w);
+      head_rows.n = n;
+      for (std::int64_t hi = 0; hi < heads; ++hi) {
+        for (std::int64_t j = 0; j < n; ++j) head_rows.v[j] = r.v[j] + hi * vh_bytes;
+        if (hi + 1 < heads) {  // the next head's V rows, into L1 just before use
+          for (std::int64_t j = 0; j < n; ++j) prefetch_span4(head_rows.v[j] + vh_bytes, D * kElem);
+        }
+        if (ahead) {
+          for (std::int64_t j = 0; j <= kUnit; ++j) pf_v[j] = next_v[j] + hi * vh_bytes;
+        }
+        bf16_decode_accumulate_pairs(sc.acc16.get() + hi * G * Dp, G, D, head_rows, w + hi * G, 1,
+                                     row, nullptr, ahead ? pf_v : nullptr);
+      }
+    }
+  }
+
+  // Online-softmax update of the HG query heads (from qh0) for a unit of n logits, stored
+  // token-major (s[j * row + i]), lane-parallel over the heads: soft-cap and ALiBi, new max,
+  // s becomes exp(s - m'), l and the accumulators (sc.acc16 rows) rescaled by exp(m - m').
+  void softmax_unit(std::int64_t qh0, std::int64_t HG, std::int64_t pos0, std::int64_t query_pos,
+                    std::int64_t n, std::int64_t row, float* HWY_RESTRICT s, Scratch& sc) const {
+    const hn::ScalableTag<float> df;
+    const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+    const float cap = p.variant.soft_cap;
+    const float* slopes = p.variant.alibi_slopes;
+    const auto neg_inf = hn::Set(df, detail::kNegInf);
+    float* HWY_RESTRICT alpha = sc.alpha.get();
+    for (std::int64_t i0 = 0; i0 < row; i0 += N) {
+      auto slope = hn::Zero(df);
+      if (slopes) {
+        slope = hn::MaskedLoad(hn::FirstN(df, static_cast<std::size_t>(std::clamp<std::int64_t>(HG - i0, 0, N))),
+                               df, slopes + qh0 + std::min(i0, HG - 1));
+      }
+      auto mx = neg_inf;
+      for (std::int64_t j = 0; j < n; ++j) {
+        auto x = hn::Load(df, s + j * row + i0);
+        if (cap > 0.0f) x = hn::Mul(hn::Set(df, cap), hn::Tanh(df, hn::Mul(x, hn::Set(df, 1.0f / cap))));
+        if (slopes) x = hn::MulAdd(slope, hn::Set(df, static_cast<float>(pos0 + j - query_pos)), x);
+        hn::Store(x, df, s + j * row + i0);
+        mx = hn::Max(mx, x);
+      }
+      const auto m_old = hn::Load(df, sc.m.get() + i0);
+      const auto m_new = hn::Max(m_old, mx);
+      const auto none = hn::Eq(m_new, neg_inf);  // nothing finite yet: contributes nothing
+      auto sum = hn::Zero(df);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const auto e = hn::IfThenZeroElse(none, hn::Exp(df, hn::Sub(hn::Load(df, s + j * row + i0), m_new)));
+        sum = hn::Add(sum, e);
+        hn::Store(e, df, s + j * row + i0);
+      }
+      const auto a = hn::IfThenZeroElse(hn::Eq(m_old, neg_inf), hn::Exp(df, hn::Sub(m_old, m_new)));
+      // Lanes with nothing finite keep their state (alpha 1).
+      const auto a_keep = hn::IfThenElse(none, hn::Set(df, 1.0f), a);
+      hn::Store(hn::MulAdd(hn::Load(df, sc.l.get() + i0), a_keep, sum), df, sc.l.get() + i0);
+      hn::Store(m_new, df, sc.m.get() + i0);
+      hn::Store(a_keep, df, alpha + i0);
+    }
+    for (std::int64_t i = 0; i < HG; ++i) {
+      if (alpha[i] == 1.0f) continue;
+      float* acc = sc.acc16.get() + i * Dp;
+      const auto va = hn::Set(df, alpha[i]);
+      for (std::int64_t d = 0; d < Dp; d += N) hn::Store(hn::Mul(hn::Load(df, acc + d), va), df, acc + d);
     }
   }
 

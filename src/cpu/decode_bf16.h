@@ -29,12 +29,38 @@ void bf16_decode_logits(const std::uint16_t* q, std::int64_t q_stride, std::int6
                         std::int64_t head_dim, float scale, const BlockRows& rows,
                         PrefetchStream* near, PrefetchStream* far, float* s);
 
-// acc[g] += sum_j p[g * kDecodeBlock + j] * v[j] for g < group, j < rows.n, with acc
+// Token-major logits of all `heads` KV heads of a run of tokens (NHD: a token's heads are
+// `k_head_bytes` apart in one row): s[j * s_row + h * group + g] = scale * q[h][g] . k_h[j]
+// for h < heads, g < group, j < rows.n, where rows.k[j] points at head 0 of token j and q is
+// [heads][group][q_stride] bf16. Each quad of tokens is read across all heads before the next
+// (whole token rows in address order). jit_bytes > 0: the next quad's rows (jit_bytes from each
+// row pointer) are pulled into L1 a quad ahead. next_k (if any, >= rows.n entries): row
+// pointers of the next unit, whose same (quad, head) rows are prefetched (prefetcht2) along.
+void bf16_decode_logits_heads(const std::uint16_t* q, std::int64_t q_stride, std::int64_t heads,
+                              std::int64_t group, std::int64_t head_dim, float scale,
+                              const BlockRows& rows, std::int64_t k_head_bytes,
+                              const std::byte* const* next_k, float* s,
+                              std::int64_t s_row, std::int64_t jit_bytes);
+
+// w[(j / 2) * width + i] = bf16(e[j * row + i]) | bf16(e[(j + 1) * row + i]) << 16 for even
+// j < n and i < width (a multiple of 16); the partner of an odd n's last token is zero.
+void bf16_pack_pairs(const float* e, std::int64_t row, std::int64_t n, std::int64_t width,
+                     std::uint32_t* w);
+
+// As bf16_decode_accumulate, with the weights already paired: head g's weight pair of keys
+// (j, j + 1) is w[g * w_g + (j / 2) * w_j].
+void bf16_decode_accumulate_pairs(float* acc, std::int64_t group, std::int64_t head_dim,
+                                  const BlockRows& rows, const std::uint32_t* w, std::int64_t w_g,
+                                  std::int64_t w_j, PrefetchStream* pf,
+                                  const std::byte* const* pf_v);
+
+// acc[g] += sum_j p[g * p_stride + j] * v[j] for g < group, j < rows.n, with acc
 // [group][bf16_padded_dim] in pair order and p the f32 weights (zero or finite past rows.n is
-// not needed: only [0, rows.n) is read). `pairs` is scratch of group * kDecodeBlock u16.
+// not needed: only [0, rows.n) is read). `pairs` is scratch of group * p_stride u16
+// (p_stride: a multiple of 16).
 void bf16_decode_accumulate(float* acc, std::int64_t group, std::int64_t head_dim,
-                            const BlockRows& rows, const float* p, std::uint16_t* pairs,
-                            PrefetchStream* pf);
+                            const BlockRows& rows, const float* p, std::int64_t p_stride,
+                            std::uint16_t* pairs, PrefetchStream* pf);
 
 // dst[0, head_dim) = the dim-ordered values of one pair-ordered accumulator row.
 void bf16_unpermute_acc(const float* src, std::int64_t head_dim, float* dst);

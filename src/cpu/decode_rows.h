@@ -49,6 +49,17 @@ inline void prefetch_span(const std::byte* p, std::int64_t bytes) {
   for (std::int64_t off = 0; off < bytes; off += kDecodeCacheLine) __builtin_prefetch(p + off);
 }
 
+// The same, four lines per step (up to three lines past the span: harmless, prefetches do not
+// fault): a quarter of the loop overhead for the long spans of the token-major order.
+inline void prefetch_span4(const std::byte* p, std::int64_t bytes) {
+  for (std::int64_t off = 0; off < bytes; off += 4 * kDecodeCacheLine) {
+    __builtin_prefetch(p + off);
+    __builtin_prefetch(p + off + kDecodeCacheLine);
+    __builtin_prefetch(p + off + 2 * kDecodeCacheLine);
+    __builtin_prefetch(p + off + 3 * kDecodeCacheLine);
+  }
+}
+
 // Runs f.template operator()<kG>(g0) over a query-head group in tiles of 4, 2 and 1 heads, so
 // kernels instantiate only those tile widths whatever the group size.
 template <class F>
