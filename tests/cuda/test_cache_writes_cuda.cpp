@@ -18,6 +18,7 @@
 
 #include "cache_twin.h"
 #include "device_buffer.h"
+#include "expect_error.h"
 #include "test_name.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
@@ -384,13 +385,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaCopyBlocks, ::testing::ValuesIn(copy_cases()
 template <class F>
 void expect_rejected(F&& call, const char* needle, const Twin& pool) {
   const std::vector<std::byte> before = pool.download();
-  try {
-    call();
-    ADD_FAILURE() << "no error for " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-  test::cuda_ok(cudaDeviceSynchronize(), "sync");
+  test::expect_error_then_sync(call, needle);
   const std::string diff = test::first_difference(pool.download(), before);
   EXPECT_TRUE(diff.empty()) << needle << ": the rejected call wrote to the cache: " << diff;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device_buffer.h"
+#include "expect_error.h"
 #include "test_name.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
@@ -304,13 +305,7 @@ TEST(CudaDecodeErrors, RejectsBadInputAndWritesNothing) {
   const Context ctx{Device::cuda(0)};
   const PageTable host_table = h.table();
   auto expect_error = [&](auto&& call, const char* needle) {
-    try {
-      call();
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-    test::cuda_ok(cudaDeviceSynchronize(), "sync");
+    test::expect_error_then_sync(call, needle);
     EXPECT_EQ(out.snapshot(), before) << needle;
     EXPECT_EQ(d.k.buffer.snapshot(), k_before) << needle;
   };

@@ -15,6 +15,7 @@
 
 #include "cache_twin.h"
 #include "device_buffer.h"
+#include "expect_error.h"
 #include "test_name.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
@@ -261,13 +262,7 @@ TEST(CudaMergeErrors, RejectsBadInputAndWritesNothing) {
   const Context gpu{Device::cuda(0)};
   auto expect_rejected = [&](auto&& call, const char* needle) {
     const auto before = vo.buf.download();
-    try {
-      call();
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-    test::cuda_ok(cudaDeviceSynchronize(), "sync");
+    test::expect_error_then_sync(call, needle);
     EXPECT_TRUE(test::first_difference(vo.buf.download(), before).empty()) << needle << ": output written";
   };
   expect_rejected([&] { merge_state(gpu, va.device, la.device, va.host, la.device, vo.device); }, "v_b is on cpu");
