@@ -41,6 +41,32 @@ PAGEDATTN_BF16_TARGET inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+// a[t][g] = lane-wise partial sums of the dot product of query head g (row q[g * q_stride])
+// with key row k[t], for four key rows: each q chunk (from L1) feeds four dot products.
+template <int kG>
+PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad(
+    const std::uint16_t* q, std::int64_t q_stride, std::int64_t D, const std::byte* const* k,
+    __m512 (&a)[4][kG]) {
+  constexpr int kTok = 4;
+  #pragma GCC unroll 16
+  for (int t = 0; t < kTok; ++t) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
+  }
+  for (std::int64_t c = 0; c < D; c += kChunk) {
+    __m512i x[kTok];
+    const __mmask32 m = chunk_mask(c, D);
+    #pragma GCC unroll 16
+    for (int t = 0; t < kTok; ++t) x[t] = load_chunk(k[t], c, m);
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      const __m512i qv = _mm512_load_si512(q + g * q_stride + c);
+      #pragma GCC unroll 16
+      for (int t = 0; t < kTok; ++t) a[t][g] = dot_pairs(a[t][g], qv, x[t]);
+    }
+  }
+}
+
 // Logits of kG query heads, four keys at a time: each q chunk (from L1) feeds four dot
 // products; a missing fourth key repeats the last row and its sum is not stored.
 template <int kG>
@@ -66,23 +92,7 @@ PAGEDATTN_BF16_TARGET void logits_tile(const std::uint16_t* q, std::int64_t q_st
     #pragma GCC unroll 16
     for (int t = 0; t < kTok; ++t) k[t] = rows.k[std::min<std::int64_t>(j + t, n - 1)];
     __m512 a[kTok][kG];
-    #pragma GCC unroll 16
-    for (int t = 0; t < kTok; ++t) {
-      #pragma GCC unroll 16
-      for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
-    }
-    for (std::int64_t c = 0; c < D; c += kChunk) {
-      __m512i x[kTok];
-      const __mmask32 m = chunk_mask(c, D);
-      #pragma GCC unroll 16
-      for (int t = 0; t < kTok; ++t) x[t] = load_chunk(k[t], c, m);
-      #pragma GCC unroll 16
-      for (int g = 0; g < kG; ++g) {
-        const __m512i qv = _mm512_load_si512(q + g * q_stride + c);
-        #pragma GCC unroll 16
-        for (int t = 0; t < kTok; ++t) a[t][g] = dot_pairs(a[t][g], qv, x[t]);
-      }
-    }
+    dot_quad<kG>(q, q_stride, D, k, a);
     const auto valid = static_cast<__mmask8>(n - j >= kTok ? 0xf : (1u << (n - j)) - 1u);
     #pragma GCC unroll 16
     for (int g = 0; g < kG; ++g) {
@@ -102,23 +112,7 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void logits_quad(
     const std::byte* const* k, std::int64_t ntok, float* s, std::int64_t s_row) {
   constexpr int kTok = 4;
   __m512 a[kTok][kG];
-  #pragma GCC unroll 16
-  for (int t = 0; t < kTok; ++t) {
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
-  }
-  for (std::int64_t c = 0; c < D; c += kChunk) {
-    __m512i x[kTok];
-    const __mmask32 m = chunk_mask(c, D);
-    #pragma GCC unroll 16
-    for (int t = 0; t < kTok; ++t) x[t] = load_chunk(k[t], c, m);
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      const __m512i qv = _mm512_load_si512(q + g * q_stride + c);
-      #pragma GCC unroll 16
-      for (int t = 0; t < kTok; ++t) a[t][g] = dot_pairs(a[t][g], qv, x[t]);
-    }
-  }
+  dot_quad<kG>(q, q_stride, D, k, a);
   if constexpr (kG == 4) {
     // One transposing reduction per token gives its four heads' logits.
     #pragma GCC unroll 16
