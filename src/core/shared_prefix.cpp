@@ -1,0 +1,185 @@
+// find_shared_prefixes: a walk down the trie of the sequences' full pages. Sequences that agree
+// on the page at the current index stay in one group; a group's run of agreeing pages becomes a
+// cascade row when it pays, and the group splits where its members' pages differ.
+#include "pagedattn/shared_prefix.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "pagedattn/error.h"
+
+namespace pagedattn {
+
+namespace {
+
+// The table as one validated CSR copy.
+CsrPageTableData host_csr(const PageTable& table, std::int64_t page_size) {
+  if (const auto* bt = std::get_if<BlockTable>(&table)) return to_csr(*bt, page_size);
+  // to_block_table validates the CSR table; converting back gives it one canonical form.
+  BlockTableData padded = to_block_table(std::get<CsrPageTable>(table), page_size);
+  return to_csr(padded.view(), page_size);
+}
+
+// A group of sequences that share pages [0, depth) (or a part of them already laid out), with
+// the shared pages not yet given to a row.
+struct Group {
+  std::vector<std::int32_t> seqs;
+  std::int64_t depth = 0;
+  std::vector<std::int32_t> pending;
+  std::size_t level = 0;  // the level its next shared row goes to
+};
+
+class PrefixFinder {
+ public:
+  PrefixFinder(const CsrPageTableData& csr, std::int64_t page_size, const SharedPrefixOptions& options)
+      : csr_(csr), page_size_(page_size), options_(options) {
+    const auto n = csr.last_page_len.size();
+    own_.resize(n);
+    own_set_.assign(n, false);
+    own_last_len_.assign(n, 0);
+    for (std::size_t s = 0; s < n; ++s) {
+      const std::int64_t pages = num_pages(s);
+      // Only completely filled pages can be shared: a partly filled last page is always own.
+      full_.push_back(pages == 0 || csr.last_page_len[s] == page_size ? pages : pages - 1);
+    }
+  }
+
+  CascadeLayout run() {
+    const auto n = static_cast<std::int32_t>(csr_.last_page_len.size());
+    std::vector<Group> work(1);
+    for (std::int32_t s = 0; s < n; ++s) work[0].seqs.push_back(s);
+    while (!work.empty()) {
+      Group g = std::move(work.back());
+      work.pop_back();
+      visit(std::move(g), work);
+    }
+    return assemble();
+  }
+
+ private:
+  std::int64_t num_pages(std::size_t s) const { return csr_.indptr[s + 1] - csr_.indptr[s]; }
+  std::int32_t page(std::int32_t s, std::int64_t j) const {
+    return csr_.indices[static_cast<std::size_t>(csr_.indptr[static_cast<std::size_t>(s)] + j)];
+  }
+  bool pays(std::size_t users, std::size_t pages) const {
+    return users >= 2 && pages > 0 &&
+           static_cast<std::int64_t>(users - 1) * static_cast<std::int64_t>(pages) * page_size_ >=
+               options_.min_saved_tokens;
+  }
+
+  void visit(Group g, std::vector<Group>& work) {
+    const std::int32_t lead = g.seqs.front();
+    std::int64_t d = g.depth;
+    auto all_agree = [&](std::int64_t j) {
+      return std::all_of(g.seqs.begin(), g.seqs.end(),
+                         [&](std::int32_t s) { return full_[static_cast<std::size_t>(s)] > j && page(s, j) == page(lead, j); });
+    };
+    if (g.seqs.size() >= 2) {
+      while (all_agree(d)) g.pending.push_back(page(lead, d++));
+    }
+    if (pays(g.seqs.size(), g.pending.size())) {
+      if (shared_.size() <= g.level) shared_.resize(g.level + 1);
+      shared_[g.level].emplace_back(std::move(g.pending), g.seqs);
+      g.pending.clear();
+      ++g.level;
+    }
+    // Split where the members' pages differ; a member without a full page at d ends here.
+    std::vector<std::pair<std::int32_t, std::int32_t>> next;  // (page at d, sequence)
+    for (std::int32_t s : g.seqs) {
+      if (full_[static_cast<std::size_t>(s)] > d) next.emplace_back(page(s, d), s);
+      else set_own(s, g.pending, d);
+    }
+    std::sort(next.begin(), next.end());
+    for (std::size_t i = 0; i < next.size();) {
+      std::size_t j = i;
+      while (j < next.size() && next[j].first == next[i].first) ++j;
+      if (j - i == 1) {
+        set_own(next[i].second, g.pending, d);
+      } else {
+        Group child;
+        for (std::size_t k = i; k < j; ++k) child.seqs.push_back(next[k].second);
+        child.depth = d;
+        child.pending = g.pending;
+        child.level = g.level;
+        work.push_back(std::move(child));
+      }
+      i = j;
+    }
+  }
+
+  // Sequence s's own row: shared pages no row took, then its pages from index d on.
+  void set_own(std::int32_t s, const std::vector<std::int32_t>& pending, std::int64_t d) {
+    const auto su = static_cast<std::size_t>(s);
+    std::vector<std::int32_t>& own = own_[su];
+    own = pending;
+    for (std::int64_t j = d; j < num_pages(su); ++j) own.push_back(page(s, j));
+    own_set_[su] = true;
+    own_last_len_[su] = d < num_pages(su) ? csr_.last_page_len[su] : static_cast<std::int32_t>(page_size_);
+  }
+
+  CascadeLayout assemble() {
+    const auto n = csr_.last_page_len.size();
+    CascadeLayout out;
+    out.levels.resize(shared_.size() + 1);
+    auto add_row = [&](CascadeLayout::Level& level, const std::vector<std::int32_t>& pages, std::int32_t last_len) {
+      level.table.indices.insert(level.table.indices.end(), pages.begin(), pages.end());
+      level.table.indptr.push_back(static_cast<std::int32_t>(level.table.indices.size()));
+      level.table.last_page_len.push_back(last_len);
+      out.tokens_cascade += static_cast<std::int64_t>(pages.size() - 1) * page_size_ + last_len;
+      return static_cast<std::int32_t>(level.table.last_page_len.size() - 1);
+    };
+    for (std::size_t l = 0; l < out.levels.size(); ++l) {
+      out.levels[l].seq_to_row.assign(n, -1);
+      out.levels[l].table.indptr.push_back(0);
+    }
+    for (std::size_t l = 0; l < shared_.size(); ++l) {
+      for (const auto& [pages, seqs] : shared_[l]) {
+        const std::int32_t row = add_row(out.levels[l], pages, static_cast<std::int32_t>(page_size_));
+        for (std::int32_t s : seqs) out.levels[l].seq_to_row[static_cast<std::size_t>(s)] = row;
+      }
+    }
+    CascadeLayout::Level& own_level = out.levels.back();
+    for (std::size_t s = 0; s < n; ++s) {
+      const std::int64_t pages = num_pages(s);
+      out.tokens_plain += pages == 0 ? 0 : (pages - 1) * page_size_ + csr_.last_page_len[s];
+      if (!own_set_[s] || own_[s].empty()) continue;  // everything it has is in shared rows
+      own_level.seq_to_row[s] = add_row(own_level, own_[s], own_last_len_[s]);
+    }
+    return out;
+  }
+
+  const CsrPageTableData& csr_;
+  std::int64_t page_size_;
+  SharedPrefixOptions options_;
+  std::vector<std::int64_t> full_;  // leading full pages of each sequence
+  // shared_[level]: (pages, sequences) of each shared row.
+  std::vector<std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>>> shared_;
+  std::vector<std::vector<std::int32_t>> own_;
+  std::vector<bool> own_set_;
+  std::vector<std::int32_t> own_last_len_;
+};
+
+}  // namespace
+
+std::vector<CascadeLevel> CascadeLayout::views() {
+  std::vector<CascadeLevel> out;
+  for (Level& level : levels) {
+    out.push_back({level.table.view(),
+                   TensorView(level.seq_to_row.data(), DType::kI32,
+                              {static_cast<std::int64_t>(level.seq_to_row.size())})});
+  }
+  return out;
+}
+
+CascadeLayout find_shared_prefixes(const PageTable& table, std::int64_t page_size,
+                                   const SharedPrefixOptions& options) {
+  check_arg(page_size >= 1, "page_size is " + std::to_string(page_size) + ", expected >= 1");
+  check_arg(options.min_saved_tokens >= 0,
+            "options.min_saved_tokens is " + std::to_string(options.min_saved_tokens) + ", expected >= 0");
+  const CsrPageTableData csr = host_csr(table, page_size);
+  return PrefixFinder(csr, page_size, options).run();
+}
+
+}  // namespace pagedattn
