@@ -81,6 +81,30 @@ std::string cuda_device_name(int device);
 std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& config,
                                                   const Progress& progress = {});
 
+struct CudaPrefillShape {
+  std::string name;  // BENCHMARKS.md name, e.g. "p-8x4096"
+  std::int64_t batch = 8, new_tokens = 4096, cached_tokens = 0;
+  std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  DType dtype = DType::kBF16;  // q, KV and output
+  KVLayout layout = KVLayout::kNHD;
+  bool causal = true;
+};
+
+struct CudaPrefillBenchConfig {
+  int device = 0;
+  int warmup = 5;
+  int iterations = 30;
+  std::vector<CudaPrefillShape> shapes;
+};
+
+// Causal prefill of 8 x 4096 new tokens and append of 512 onto 8 x 8192 (GQA 32/8, bf16), at
+// page sizes 16 and 1.
+std::vector<CudaPrefillShape> standard_cuda_prefill_shapes();
+// Dense bf16 GEMM (8192^3, cuBLAS, f32 accumulation): TFLOP/s; 0 when built without cuBLAS.
+double measure_cuda_matmul_tflops(int device);
+std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig& config,
+                                                   const Progress& progress = {});
+
 std::vector<nlohmann::json> run_decode_bench(const DecodeBenchConfig& config, const Progress& progress = {});
 std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& config, const Progress& progress = {});
 

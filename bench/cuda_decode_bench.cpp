@@ -15,63 +15,12 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "cuda_bench_util.h"
 #include "benchmarks.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 
 namespace pagedattn::bench {
-
-namespace {
-void ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw Error(ErrorCode::kCuda, std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-struct Gpu {
-  void* ptr = nullptr;
-  explicit Gpu(std::size_t bytes) { ok(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); }
-  ~Gpu() { cudaFree(ptr); }
-  Gpu(const Gpu&) = delete;
-  Gpu& operator=(const Gpu&) = delete;
-};
-
-// Fills a device buffer with random 16-bit floats in [-1, 1] (or fp8 bytes) on the host side
-// in slices, so the values are real data (never zeros) whatever the dtype.
-void fill_random(void* dst, std::size_t bytes, DType dtype, std::uint64_t seed) {
-  constexpr std::size_t kSlice = 64 << 20;
-  std::vector<std::byte> host(std::min(bytes, kSlice));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  const std::size_t esize = dtype_size(dtype);
-  for (std::size_t i = 0; i < host.size() / esize; ++i) {
-    store_from_float(host.data(), dtype, static_cast<std::int64_t>(i), uni(rng));
-  }
-  for (std::size_t off = 0; off < bytes; off += host.size()) {
-    ok(cudaMemcpy(static_cast<std::byte*>(dst) + off, host.data(), std::min(host.size(), bytes - off),
-                  cudaMemcpyHostToDevice), "fill");
-  }
-}
-
-// Per-replay times (µs) of a captured graph.
-std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream, int warmup, int iterations) {
-  for (int i = 0; i < warmup; ++i) ok(cudaGraphLaunch(exec, stream), "warm-up");
-  std::vector<cudaEvent_t> events(static_cast<std::size_t>(iterations) + 1);
-  for (auto& e : events) ok(cudaEventCreate(&e), "event");
-  ok(cudaEventRecord(events[0], stream), "record");
-  for (int i = 0; i < iterations; ++i) {
-    ok(cudaGraphLaunch(exec, stream), "replay");
-    ok(cudaEventRecord(events[static_cast<std::size_t>(i) + 1], stream), "record");
-  }
-  ok(cudaStreamSynchronize(stream), "sync");
-  std::vector<double> us;
-  for (int i = 0; i < iterations; ++i) {
-    float ms = 0;
-    ok(cudaEventElapsedTime(&ms, events[static_cast<std::size_t>(i)], events[static_cast<std::size_t>(i) + 1]), "elapsed");
-    us.push_back(ms * 1e3);
-  }
-  for (auto& e : events) cudaEventDestroy(e);
-  return us;
-}
-}  // namespace
 
 std::string cuda_device_name(int device) {
   cudaDeviceProp prop{};

@@ -121,6 +121,36 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   progress.finish();
   return report(o, records);
 }
+
+// GPU prefill / append: one shape from the options, or the BENCHMARKS.md prefill table.
+int run_cuda_prefill(const BenchOptions& o, const Device& device) {
+  bench::CudaPrefillBenchConfig c;
+  c.device = device.index;
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+  if (o.standard_shapes) {
+    c.shapes = bench::standard_cuda_prefill_shapes();
+  } else {
+    const HeadCounts heads = parse_heads(o.heads);
+    bench::CudaPrefillShape shape;
+    shape.batch = o.batch > 0 ? o.batch : 1;
+    shape.new_tokens = o.new_tokens;
+    shape.cached_tokens = o.cached_tokens;
+    shape.name = fmt::format("{}x{}+{}", shape.batch, shape.new_tokens, shape.cached_tokens);
+    shape.num_q_heads = heads.num_q_heads;
+    shape.num_kv_heads = heads.num_kv_heads;
+    shape.head_dim = o.head_dim;
+    shape.page_size = o.page_size;
+    shape.dtype = parse_dtype(o.dtype);
+    shape.layout = parse_kv_layout(o.layout);
+    shape.causal = !o.non_causal;
+    c.shapes.push_back(shape);
+  }
+  ProgressLine progress(stderr);
+  auto records = bench::run_cuda_prefill_bench(c, [&](const std::string& m) { progress.update(m); });
+  progress.finish();
+  return report(o, records);
+}
 #endif
 
 // Copies the options both CPU benchmarks share into their config (DecodeBenchConfig or
@@ -161,6 +191,12 @@ int run_decode(const BenchOptions& o) {
 }
 
 int run_prefill(const BenchOptions& o) {
+#if defined(PAGEDATTN_BENCH_CUDA)
+  if (const Device device = resolve_device(o.device); device.type == DeviceType::kCUDA) {
+    return run_cuda_prefill(o, device);
+  }
+#endif
+  check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
   require_cpu(o);
   bench::PrefillBenchConfig c;
   apply_shared_options(o, c);
@@ -230,6 +266,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   prefill->add_option("--cached-tokens", p->cached_tokens, "Tokens already in the cache before them")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key");
+  prefill->add_flag("--standard-shapes", p->standard_shapes,
+                    "GPU only: run the prefill / append table of BENCHMARKS.md");
   prefill->callback([&action, p] { action = [p] { return run_prefill(*p); }; });
 }
 

@@ -84,13 +84,21 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
             const AttentionParams& params, const TensorView& out, const TensorView& lse = {},
             const DecodeOptions& options = {});
 
+struct PrefillOptions {
+  // CUDA: host copies of `table` and `qo_indptr` (same formats and shapes). The op validates
+  // them and sizes its launch from them, so it never reads device memory from the host (no
+  // synchronisation, safe inside a CUDA graph). Required on CUDA; ignored on the CPU.
+  const PageTable* host_table = nullptr;
+  TensorView host_qo_indptr{};
+};
+
 // Ragged queries: sequence s owns queries [qo_indptr[s], qo_indptr[s+1]) (qo_indptr i32
 // [num_seqs + 1]), which are the last positions of its KV (the KV already holds them). Covers
 // full prefill, chunked prefill and multi-token append. q, out: [total_q, num_q_heads, head_dim];
 // lse (optional): f32 [total_q, num_q_heads].
 void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
              const PagedKV& cache, const PageTable& table, const AttentionParams& params,
-             const TensorView& out, const TensorView& lse = {});
+             const TensorView& out, const TensorView& lse = {}, const PrefillOptions& options = {});
 
 // Cascade decode: each sequence's KV is the concatenation, level by level, of one row of each
 // level's page table. seq_to_row: i32 [num_seqs] naming the row of `table` this sequence uses

@@ -1,4 +1,5 @@
 // decode and prefill: validate, resolve into an AttentionProblem, dispatch.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #if PAGEDATTN_WITH_CUDA
 #include "cuda/decode.h"
+#include "cuda/prefill.h"
 #endif
 
 namespace pagedattn {
@@ -73,29 +75,50 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
 
 void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
              const PagedKV& cache, const PageTable& table, const AttentionParams& params,
-             const TensorView& out, const TensorView& lse) {
+             const TensorView& out, const TensorView& lse, const PrefillOptions& options) {
   detail::require_backend(ctx, "prefill");
   check_arg(q.rank() >= 1, "q has rank 0, expected 3 [total_q, num_q_heads, head_dim]");
-  detail::AttentionProblem p = resolve_common(ctx, q, cache, table, params, out, lse, q.size(0));
+  const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
+  check_arg(!on_gpu || (options.host_table != nullptr && options.host_qo_indptr.defined()),
+            "options.host_table and options.host_qo_indptr are required on CUDA: host copies of the "
+            "page table and of qo_indptr, used to validate them and size the launch without reading "
+            "GPU memory");
+  detail::AttentionProblem p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table,
+                                              params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
-  // qo_indptr is read on the host; on the CPU it is the op's own device.
-  detail::check_tensor(Context::cpu(), qo_indptr, "qo_indptr", {DType::kI32}, 1);
-  detail::check_dim(qo_indptr, "qo_indptr", 0, p.num_seqs + 1, "num_seqs + 1");
-  check_arg(qo_indptr.is_contiguous(), "qo_indptr must be contiguous");
-  const auto* indptr = qo_indptr.data_as<const std::int32_t>();
-  check_arg(indptr[0] == 0, "qo_indptr[0] is " + std::to_string(indptr[0]) + ", expected 0");
+  // qo_indptr is checked on the host: the CPU op's own tensor, or the CUDA op's host copy.
+  const TensorView& host_indptr = on_gpu ? options.host_qo_indptr : qo_indptr;
+  const std::string indptr_name = on_gpu ? "options.host_qo_indptr" : "qo_indptr";
+  detail::check_tensor(Context::cpu(), host_indptr, indptr_name, {DType::kI32}, 1);
+  detail::check_dim(host_indptr, indptr_name, 0, p.num_seqs + 1, "num_seqs + 1");
+  check_arg(host_indptr.is_contiguous(), indptr_name + " must be contiguous");
+  const auto* indptr = host_indptr.data_as<const std::int32_t>();
+  check_arg(indptr[0] == 0, indptr_name + "[0] is " + std::to_string(indptr[0]) + ", expected 0");
+  std::int64_t max_q = 0;
   for (std::int64_t s = 0; s < p.num_seqs; ++s) {
     const std::int64_t n_q = indptr[s + 1] - indptr[s];
-    check_arg(n_q >= 0, "qo_indptr is decreasing at " + std::to_string(s + 1));
+    check_arg(n_q >= 0, indptr_name + " is decreasing at " + std::to_string(s + 1));
     const std::int64_t kv_len = p.table.row(s).kv_len;
     check_arg(n_q <= kv_len, "sequence " + std::to_string(s) + " has " + std::to_string(n_q) +
                                  " queries but only " + std::to_string(kv_len) +
                                  " tokens of KV (queries must already be in the cache)");
+    max_q = std::max(max_q, n_q);
   }
-  check_arg(indptr[p.num_seqs] == q.size(0), "qo_indptr[num_seqs] is " +
+  check_arg(indptr[p.num_seqs] == q.size(0), indptr_name + "[num_seqs] is " +
                                                  std::to_string(indptr[p.num_seqs]) +
                                                  " but q has " + std::to_string(q.size(0)) +
                                                  " tokens");
+  if (on_gpu) {
+#if PAGEDATTN_WITH_CUDA
+    detail::check_tensor(ctx, qo_indptr, "qo_indptr", {DType::kI32}, 1);
+    detail::check_dim(qo_indptr, "qo_indptr", 0, p.num_seqs + 1, "as in the host copy");
+    check_arg(qo_indptr.is_contiguous(), "qo_indptr must be contiguous");
+    p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
+    p.qo_indptr = qo_indptr.data_as<const std::int32_t>();
+    cuda::prefill(p, max_q, ctx.stream);
+#endif
+    return;
+  }
   p.qo_indptr = indptr;
   if (ctx.implementation == Implementation::kReference) return cpu::reference_attention(p);
   cpu::prefill(p, ctx.num_threads);

@@ -11,7 +11,7 @@ namespace pagedattn::detail {
 
 namespace {
 // The ops the CUDA backend implements; the others report Unsupported on a GPU context.
-constexpr std::array<std::string_view, 5> kCudaOps = {"decode", "append_kv", "copy_blocks",
+constexpr std::array<std::string_view, 6> kCudaOps = {"decode", "prefill", "append_kv", "copy_blocks",
                                                       "merge_state", "merge_states"};
 }  // namespace
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Markdown table of pagedattn's CUDA decode records beside the competitor records of the same
-run: results_table.py PAGEDATTN_JSON COMPETITOR_JSON. Both files hold one JSON object a line."""
+"""Markdown table of pagedattn's CUDA records beside the competitor records of the same run:
+results_table.py PAGEDATTN_JSON COMPETITOR_JSON. Both files hold one JSON object a line.
+Decode records are rated in GB/s against the copy ceiling, prefill / append records in
+TFLOP/s against the matmul ceiling."""
 import json
 import sys
 
@@ -12,6 +14,8 @@ def load(path):
 
 def main():
     ours, theirs = load(sys.argv[1]), load(sys.argv[2]) if len(sys.argv) > 2 else []
+    if ours and "achieved_tflops" in ours[0]:
+        return compute_table(ours, theirs)
     best = {}
     for r in theirs:
         if "time_us_median" not in r:
@@ -30,6 +34,23 @@ def main():
                      if comp else "- | - | -")
         print(f"| {r['shape']} | {r['num_q_heads']}/{r['num_kv_heads']} | {r['kv_dtype']} | {r['page_size']} | "
               f"{r['time_us_median']:.1f} | {r['achieved_gbps']:.0f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |")
+
+
+def compute_table(ours, theirs):
+    best = {}
+    for r in theirs:
+        if "time_us_median" in r and (r["shape"] not in best or r["time_us_median"] < best[r["shape"]]["time_us_median"]):
+            best[r["shape"]] = r
+    print(f"Device: {ours[0]['device']}; bf16 matmul ceiling {ours[0]['ceiling_tflops']:.0f} TFLOP/s")
+    print()
+    print("| shape | op | page | time µs (median) | TFLOP/s | % of matmul ceiling | fastest competitor | its µs | speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in ours:
+        comp = best.get(r["shape"])
+        comp_cols = (f"{comp['backend']} | {comp['time_us_median']:.1f} | {comp['time_us_median'] / r['time_us_median']:.2f}x"
+                     if comp else "- | - | -")
+        print(f"| {r['shape']} | {r['op']} | {r['page_size']} | {r['time_us_median']:.1f} | "
+              f"{r['achieved_tflops']:.1f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |")
 
 
 if __name__ == "__main__":

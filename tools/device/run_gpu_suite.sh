@@ -3,7 +3,8 @@
 #   1. configure and build the CUDA configuration (build-gpu/, sm_90 unless CUDA_ARCHS is set);
 #   2. run the `cuda` tests and the `sanitizer` tests (compute-sanitizer memcheck, racecheck);
 #   3. run `pagedattn bench decode --device cuda` and bench/torch_sdpa_decode.py (PyTorch SDPA
-#      on a contiguous cache, the competitor) in the same call;
+#      on a contiguous cache, the competitor), then `pagedattn bench prefill --device cuda` and
+#      bench/torch_sdpa_prefill.py (SDPA and flex_attention) in the same call;
 #   4. write the JSON records and a Markdown table to RESULTS_DIR (default: $OUT if set, else
 #      bench/results/local).
 # Build dependencies missing on the machine are taken from .deps/*.deb (tools/device/fetch_deps.sh).
@@ -58,5 +59,11 @@ if ((!skip_bench)); then
   PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_decode.py --out "$RESULTS_DIR/decode_torch.json" >/dev/null || status=1
   python3 tools/device/results_table.py "$RESULTS_DIR/decode_cuda.json" "$RESULTS_DIR/decode_torch.json" \
     | tee "$RESULTS_DIR/decode.md"
+  log "prefill / append benchmark"
+  build-gpu/pagedattn bench prefill --device cuda --standard-shapes --json --out "$RESULTS_DIR/prefill_cuda.json" >/dev/null || status=1
+  log "PyTorch SDPA and flex_attention on the same shapes"
+  PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_prefill.py --out "$RESULTS_DIR/prefill_torch.json" >/dev/null || status=1
+  python3 tools/device/results_table.py "$RESULTS_DIR/prefill_cuda.json" "$RESULTS_DIR/prefill_torch.json" \
+    | tee "$RESULTS_DIR/prefill.md"
 fi
 exit $status

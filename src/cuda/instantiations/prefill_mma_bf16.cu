@@ -1,0 +1,6 @@
+// Tensor-core prefill kernels for a bf16 cache and bf16 q (head_dim 64 and 128).
+#include "cuda/prefill_mma_kernel.cuh"
+
+namespace pagedattn::cuda {
+template void launch_paged_prefill_mma<__nv_bfloat16, __nv_bfloat16>(const PrefillKernelParams&, int, dim3, cudaStream_t);
+}  // namespace pagedattn::cuda

@@ -1,0 +1,6 @@
+// Tensor-core prefill kernels for a fp8 e4m3 cache (multiplied in f16) (head_dim 64 and 128).
+#include "cuda/prefill_mma_kernel.cuh"
+
+namespace pagedattn::cuda {
+template void launch_paged_prefill_mma<Fp8E4M3, __half>(const PrefillKernelParams&, int, dim3, cudaStream_t);
+}  // namespace pagedattn::cuda

@@ -1,0 +1,44 @@
+// Paged prefill on CUDA: which problems the tensor-core kernel covers, and its launch.
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/kv_rows.h"
+#include "cuda/prefill.h"
+#include "cuda/prefill_mma_kernel.cuh"
+#include "cuda/prefill_mma_launch.h"
+
+namespace pagedattn::cuda {
+
+void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.num_seqs == 0 || max_q == 0) return;
+  const DType kv = p.kv.dtype, q = p.qo.q_dtype;
+  const bool q16 = q == DType::kBF16 || q == DType::kF16;
+  const std::int64_t chunk = is_fp8(kv) ? 16 : 8;  // elements per 16-byte copy
+  const bool rows = rows_vectorisable(p.kv.k, kv, chunk) && rows_vectorisable(p.kv.v, kv, chunk);
+  check_supported(q16 && (kv == q || is_fp8(kv)),
+                  std::string("prefill on CUDA needs a bf16 or f16 q with a cache of q's dtype or of fp8, got q ") +
+                      std::string(to_string(q)) + " and a " + std::string(to_string(kv)) + " cache");
+  check_supported(p.head_dim == 64 || p.head_dim == 128,
+                  "prefill on CUDA supports head_dim 64 and 128, got " + std::to_string(p.head_dim));
+  check_supported(rows, "prefill on CUDA needs K and V rows in 16-byte aligned runs (NHD or HND layouts; "
+                        "vLLM's split V layout is token-contiguous)");
+  check_supported(p.num_seqs <= 65535, "prefill on CUDA supports at most 65535 sequences per call, got " +
+                                           std::to_string(p.num_seqs));
+  PrefillKernelParams prm;
+  prm.p = p;
+  prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
+  constexpr std::int64_t kRows = kPrefillThreads / 32 * 16;
+  const std::int64_t tiles = (max_q * p.group_size() + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.num_seqs));
+  const int d = static_cast<int>(p.head_dim);
+  switch (kv) {
+    case DType::kBF16: launch_paged_prefill_mma<__nv_bfloat16, __nv_bfloat16>(prm, d, grid, stream); break;
+    case DType::kF16: launch_paged_prefill_mma<__half, __half>(prm, d, grid, stream); break;
+    case DType::kF8E4M3: launch_paged_prefill_mma<Fp8E4M3, __half>(prm, d, grid, stream); break;
+    default: launch_paged_prefill_mma<Fp8E5M2, __half>(prm, d, grid, stream); break;
+  }
+  check_launch("paged_prefill_mma_kernel", stream);
+}
+
+}  // namespace pagedattn::cuda

@@ -1,0 +1,385 @@
+// Internal (CUDA): paged prefill / append on tensor cores (mma.sync m16n8k16, sm_80+).
+//
+// A CTA takes 128 packed query rows of one sequence and one KV head: row i is query token
+// i / group, head i % group of the head's group, so a group's query heads share every K/V tile
+// (GQA packing) and MHA rows are simply tokens. Each of the 8 warps owns 16 rows (the mma M
+// dimension) and keeps its Q fragments in registers; K/V tiles of 64 keys stream into padded
+// shared rows through a two-stage cp.async pipeline that all warps share. Per tile a warp
+// computes S = Q K^T (16 x 64), masks it (causal, window), runs the online softmax on the
+// accumulator fragments and adds P V into its 16 x head_dim output fragments.
+// fp8 caches: tiles land unpadded, each thread widens the chunks it copied to f16 (exact), q is
+// scaled into f16's range by a power of two per warp, the K/V scales fold into the logit scale
+// and the output.
+#pragma once
+
+#include "cuda/decode_kernel.cuh"
+#include "cuda/mma_fragments.cuh"
+
+namespace pagedattn::cuda {
+
+struct PrefillKernelParams {
+  detail::AttentionProblem p;  // device pointers; p.qo_indptr on the device
+  FastDiv page_div;            // by page_size
+};
+
+constexpr int kPrefillThreads = 256;
+
+template <class KV, int kD>
+struct PrefillSmem {
+  static constexpr bool kFp8 = sizeof(KV) == 1;
+  static constexpr int kWarps = kPrefillThreads / 32;
+  static constexpr int kRows = kWarps * 16;  // packed query rows per CTA
+  static constexpr int kKeys = 64;           // keys per tile
+  static constexpr int kStages = 2;
+  static constexpr int kPageChunk = 1024;    // page ids staged at a time
+  static constexpr int kRowElems = kD + 8;   // padded 16-bit rows: conflict-free ldmatrix
+  static constexpr int kStageRowBytes = kFp8 ? kD : kRowElems * 2;
+  static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
+  static constexpr int kRowsPerPass = kPrefillThreads / kChunks;  // tile rows one copy pass covers
+  static constexpr int kPasses = kKeys / kRowsPerPass;
+  static constexpr int kTileBytes = kKeys * kStageRowBytes;
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWideTileBytes = kKeys * kRowElems * 2;
+  static constexpr int kWideBytes = kFp8 ? 2 * kWideTileBytes : 0;
+  static constexpr int kBytes = kPageChunk * 4 + kStages * kStageBytes + kWideBytes;
+  static_assert(kRowsPerPass <= kKeys && kKeys % kRowsPerPass == 0, "copy passes cover whole tiles");
+};
+
+// KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
+// f16 for fp8 caches); kPlain: no soft-cap and no ALiBi (a smaller tile loop, which matters:
+// the loop does not fit the instruction cache otherwise). Grid: (packed row tile, KV head,
+// sequence).
+template <class KV, class T, int kD, bool kPlain>
+__global__ void __launch_bounds__(kPrefillThreads)
+    paged_prefill_mma_kernel(const __grid_constant__ PrefillKernelParams prm) {
+  using Smem = PrefillSmem<KV, kD>;
+  constexpr int kKeys = Smem::kKeys, kStages = Smem::kStages, kRowElems = Smem::kRowElems;
+  constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems, kPageChunk = Smem::kPageChunk;
+  constexpr bool kFp8 = Smem::kFp8;
+  constexpr float kNegInf = detail::kNegInf;
+  constexpr unsigned kAll = 0xffffffffu;
+  static_assert(!kFp8 || std::is_same_v<T, __half>, "fp8 tiles are widened to f16");
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* s_pages = reinterpret_cast<std::int32_t*>(smem);
+  unsigned char* s_pipe = smem + kPageChunk * 4;
+  T* s_wide = reinterpret_cast<T*>(s_pipe + kStages * Smem::kStageBytes);
+
+  const detail::AttentionProblem& p = prm.p;
+  const std::int64_t s = blockIdx.z;
+  const int kv_head = static_cast<int>(blockIdx.y);
+  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
+  const std::int64_t q0 = p.q_begin(s), n_q = p.q_end(s) - q0;
+  // Tiles run from the last rows (most keys under the causal mask) to the first.
+  const std::int64_t tile = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;
+  const std::int64_t row0 = tile * Smem::kRows;
+  if (row0 >= n_q * group) return;
+  const detail::SeqPages pages = p.pages_of(s);
+  const std::int64_t kv_len = pages.kv_len;
+  // Query token i sits at key position first_pos + i.
+  const std::int64_t first_pos = p.query_end(s) - n_q - p.key_offset(s);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+
+  // This warp's rows gid and gid + 8: query token, head, position.
+  std::int64_t tok[2], pos[2];
+  int head[2];
+  bool live[2];
+  float slope[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::int64_t packed = row0 + warp * 16 + gid + 8 * r;
+    tok[r] = packed / group;
+    head[r] = kv_head * group + static_cast<int>(packed % group);
+    live[r] = tok[r] < n_q;
+    pos[r] = first_pos + tok[r];
+    slope[r] = (live[r] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[head[r]] : 0.0f;
+  }
+  // Keys the CTA needs: up to its last row's position (causal), from its first row's window.
+  const std::int64_t last_tok = min(n_q - 1, (row0 + Smem::kRows - 1) / group);
+  const std::int64_t first_tok = row0 / group;
+  const std::int64_t t_end = p.variant.causal ? min(kv_len, first_pos + last_tok + 1) : kv_len;
+  std::int64_t t_begin = 0;
+  if (p.variant.window_left >= 0) t_begin = max(std::int64_t{0}, first_pos + first_tok - p.variant.window_left);
+  // The warp's key limits: tiles outside [warp_lo, warp_hi) are skipped; tiles inside
+  // [open_lo, open_hi) are seen whole by every live row of the warp and need no mask.
+  std::int64_t warp_hi = -1, warp_lo = kv_len, open_hi = kv_len, open_lo = 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!live[r]) continue;
+    const std::int64_t hi = p.variant.causal ? min(kv_len, pos[r] + 1) : kv_len;
+    const std::int64_t lo = p.variant.window_left >= 0 ? pos[r] - p.variant.window_left : std::int64_t{0};
+    warp_hi = max(warp_hi, hi), warp_lo = min(warp_lo, lo);
+    open_hi = min(open_hi, hi), open_lo = max(open_lo, lo);
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    warp_hi = max(warp_hi, __shfl_xor_sync(kAll, warp_hi, off));
+    warp_lo = min(warp_lo, __shfl_xor_sync(kAll, warp_lo, off));
+    open_hi = min(open_hi, __shfl_xor_sync(kAll, open_hi, off));
+    open_lo = max(open_lo, __shfl_xor_sync(kAll, open_lo, off));
+  }
+
+  const float soft_cap = p.variant.soft_cap;
+  constexpr bool plain = kPlain;
+  const float k_scale = kFp8 ? p.kv.k_scale_of(kv_head) : 1.0f;
+  const float v_scale = kFp8 ? p.kv.v_scale_of(kv_head) : 1.0f;
+  float s_mul = p.variant.scale * k_scale * (plain ? kLog2e : 1.0f);
+
+  // Q as A fragments: [k-step][row r][dims d, d+1, d+8, d+9], dead rows zero.
+  std::uint32_t qa[kD / 16][4];
+  {
+    float qf[kD / 16][2][4];
+    visit_q_type(p.qo.q_dtype, [&](auto tag) {
+      using Q = typename decltype(tag)::type;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const Q* q_row = reinterpret_cast<const Q*>(p.qo.q) + (q0 + (live[r] ? tok[r] : 0)) * p.qo.q_token_stride +
+                         static_cast<std::int64_t>(live[r] ? head[r] : 0) * p.qo.q_head_stride;
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const int d = kk * 16 + tig * 2;
+          qf[kk][r][0] = live[r] ? to_float(q_row[d]) : 0.0f;
+          qf[kk][r][1] = live[r] ? to_float(q_row[d + 1]) : 0.0f;
+          qf[kk][r][2] = live[r] ? to_float(q_row[d + 8]) : 0.0f;
+          qf[kk][r][3] = live[r] ? to_float(q_row[d + 9]) : 0.0f;
+        }
+      }
+    });
+    if constexpr (kFp8) {  // keep the warp's largest |q| below 2^15 in f16 (exact, undone in s_mul)
+      float amax = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(qf[kk][i / 4][i % 4]));
+      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kAll, amax, off));
+      int e = 0;
+      frexpf(amax, &e);
+      const int shift = max(0, e - 15);
+      s_mul = ldexpf(s_mul, shift);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) qf[kk][i / 4][i % 4] = ldexpf(qf[kk][i / 4][i % 4], -shift);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      qa[kk][0] = pack2<T>(qf[kk][0][0], qf[kk][0][1]);
+      qa[kk][1] = pack2<T>(qf[kk][1][0], qf[kk][1][1]);
+      qa[kk][2] = pack2<T>(qf[kk][0][2], qf[kk][0][3]);
+      qa[kk][3] = pack2<T>(qf[kk][1][2], qf[kk][1][3]);
+    }
+  }
+
+  float o[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+
+  const detail::KVTensorAccess& ka = p.kv.k;
+  const detail::KVTensorAccess& va = p.kv.v;
+  const int my_chunk = threadIdx.x % kChunks, my_row = threadIdx.x / kChunks;
+  const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, my_chunk * kChunkElems);
+  const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, my_chunk * kChunkElems);
+  auto stage_tile = [&](int stage, int is_v) { return s_pipe + stage * Smem::kStageBytes + is_v * Smem::kTileBytes; };
+  auto chunk_ptr = [&](unsigned char* tile, int r) { return tile + r * Smem::kStageRowBytes + my_chunk * 16; };
+  auto mma_tile = [&](int stage, int is_v) {
+    if constexpr (kFp8) return s_wide + is_v * (Smem::kWideTileBytes / 2);
+    else return reinterpret_cast<const T*>(stage_tile(stage, is_v));
+  };
+
+  const std::int64_t P = p.kv.page_size;
+  for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
+    const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
+    __syncthreads();  // the previous chunk's ids and tiles are no longer read
+    for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += blockDim.x) s_pages[i] = static_cast<std::int32_t>(pages.page(cp0 + i));
+    __syncthreads();
+    const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
+    const std::int64_t n_tiles = ceil_div(c_end - c_begin, kKeys);
+    auto issue = [&](std::int64_t j) {
+      if (j < n_tiles) {
+        const std::int64_t t0 = c_begin + j * kKeys;
+        const int stage = static_cast<int>(j % kStages);
+#pragma unroll
+        for (int pass = 0; pass < Smem::kPasses; ++pass) {
+          const int r = my_row + pass * Smem::kRowsPerPass;
+          const std::int64_t t = t0 + r;
+          unsigned char* k_dst = chunk_ptr(stage_tile(stage, 0), r);
+          unsigned char* v_dst = chunk_ptr(stage_tile(stage, 1), r);
+          if (t < c_end) {
+            const auto local = static_cast<std::uint32_t>(t - cp0 * P);
+            const std::uint32_t page_idx = prm.page_div.div(local);
+            const std::int64_t page = s_pages[page_idx];
+            const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
+            cp_async(k_dst, k_base + page * ka.page_stride + slot * ka.token_stride, 16);
+            cp_async(v_dst, v_base + page * va.page_stride + slot * va.token_stride, 16);
+          } else {  // past the keys: zeros, so 0-weight keys cannot turn into NaN
+            *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      }
+      cp_async_commit();
+    };
+
+    issue(0);
+    for (std::int64_t j = 0; j < n_tiles; ++j) {
+      issue(j + 1);
+      cp_async_wait<1>();  // this thread's copies of tile j have landed
+      const int stage = static_cast<int>(j % kStages);
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int pass = 0; pass < Smem::kPasses; ++pass) {
+          const int r = my_row + pass * Smem::kRowsPerPass;
+#pragma unroll
+          for (int is_v = 0; is_v < 2; ++is_v) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_tile(stage, is_v), r));
+            uint4* dst = reinterpret_cast<uint4*>(s_wide + is_v * (Smem::kWideTileBytes / 2) + r * kRowElems + my_chunk * 16);
+            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+          }
+        }
+      }
+      __syncthreads();  // tile j (widened) is visible to every warp
+      const std::int64_t t0 = c_begin + j * kKeys;
+      if (t0 < warp_hi && t0 + kKeys > warp_lo) {  // some row of this warp sees a key of the tile
+        const T* k_tile = mma_tile(stage, 0);
+        const T* v_tile = mma_tile(stage, 1);
+        float sc[kKeys / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+          sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; kk += 2) {
+            std::uint32_t b[4];
+            ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+            mma16816<T>(sc[nt], qa[kk], b[0], b[1]);
+            mma16816<T>(sc[nt], qa[kk + 1], b[2], b[3]);
+          }
+        }
+        // Rows past the sequence's queries stay unmasked inside the open range: their results
+        // are never written.
+        const bool open = t0 >= max(c_begin, open_lo) && t0 + kKeys <= min(c_end, open_hi);
+        float rmax[2] = {kNegInf, kNegInf};
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            const int dt = nt * 8 + tig * 2 + (e & 1);  // key t0 + dt
+            float x = sc[nt][e] * s_mul;
+            if constexpr (!plain) {
+              if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+              x = (x + slope[r] * static_cast<float>(t0 + dt - pos[r])) * kLog2e;
+            }
+            if (!open) {
+              const std::int64_t t = t0 + dt;
+              bool ok = live[r] && t >= c_begin && t < c_end;
+              if (p.variant.causal) ok = ok && t <= pos[r];
+              if (p.variant.window_left >= 0) ok = ok && t >= pos[r] - p.variant.window_left;
+              x = ok ? x : kNegInf;
+            }
+            sc[nt][e] = x;
+            rmax[r] = fmaxf(rmax[r], x);
+          }
+        }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(kAll, rmax[r], 1));
+          rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(kAll, rmax[r], 2));
+          const float m_new = fmaxf(m[r], rmax[r]);
+          corr[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);
+          m[r] = m_new;
+          l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            sc[nt][e] = m[r] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[r]);
+            l[r] += sc[nt][e];
+          }
+        }
+        if (__any_sync(kAll, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+          for (int n = 0; n < kD / 8; ++n) {
+            o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+          }
+        }
+#pragma unroll
+        for (int ks = 0; ks < kKeys / 16; ++ks) {  // 16 keys per k-step of P V
+          std::uint32_t pa[4];
+          pa[0] = pack2<T>(sc[2 * ks][0], sc[2 * ks][1]);
+          pa[1] = pack2<T>(sc[2 * ks][2], sc[2 * ks][3]);
+          pa[2] = pack2<T>(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
+          pa[3] = pack2<T>(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
+#pragma unroll
+          for (int n = 0; n < kD / 8; n += 2) {
+            std::uint32_t b[4];
+            ldmatrix_x4<true>(b, v_tile + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
+            mma16816<T>(o[n], pa, b[0], b[1]);
+            mma16816<T>(o[n + 1], pa, b[2], b[3]);
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with the stage the next issue refills
+    }
+    cp_async_wait<0>();
+  }
+
+  // Row sums were accumulated per lane: complete them across the quad.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(kAll, l[r], 1);
+    l[r] += __shfl_xor_sync(kAll, l[r], 2);
+  }
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!live[r]) continue;
+    float M = m[r], L = l[r], scale_o = 1.0f;
+    if (p.variant.sinks) {  // an extra denominator term with no value
+      const float sink = p.variant.sinks[head[r]] * kLog2e;
+      const float M2 = fmaxf(M, sink);
+      L = L * exp2f(M - M2) + exp2f(sink - M2);
+      scale_o = exp2f(M - M2);
+      M = M2;
+    }
+    const float inv = L > 0.0f ? scale_o * v_scale / L : 0.0f;
+    const std::int64_t q_tok = q0 + tok[r];
+    std::byte* o_row = p.qo.out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
+      store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
+    }
+    if (tig == 0 && p.qo.lse) {
+      p.qo.lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] =
+          L > 0.0f ? (M + log2f(L)) * kLn2 : kNegInf;
+    }
+  }
+}
+
+// Launches paged_prefill_mma_kernel<KV, T, head_dim> over `grid` (head_dim 64 or 128).
+// Instantiated in instantiations/prefill_mma_*.cu.
+template <class KV, class T>
+void launch_paged_prefill_mma(const PrefillKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
+  auto launch = [&](auto d_c, auto plain_c) {
+    constexpr int kD = decltype(d_c)::value;
+    constexpr int kBytes = PrefillSmem<KV, kD>::kBytes;
+    auto kernel = paged_prefill_mma_kernel<KV, T, kD, decltype(plain_c)::value>;
+    static const cudaError_t configured =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+    if (configured != cudaSuccess) return;  // reported by the caller's launch check
+    kernel<<<grid, kPrefillThreads, kBytes, stream>>>(prm);
+  };
+  const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
+  auto with_d = [&](auto plain_c) {
+    if (head_dim == 64) launch(std::integral_constant<int, 64>{}, plain_c);
+    else launch(std::integral_constant<int, 128>{}, plain_c);
+  };
+  if (plain) with_d(std::true_type{});
+  else with_d(std::false_type{});
+}
+
+}  // namespace pagedattn::cuda
