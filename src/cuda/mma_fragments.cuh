@@ -53,4 +53,12 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// 2^x by the MUFU unit alone (ex2.approx.ftz: relative error ~2^-22, denormal results flushed
+// to zero, 2^-inf = 0): exp2f adds a range fix-up per call that doubles the softmax's cost.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace pagedattn::cuda

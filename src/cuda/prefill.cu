@@ -23,6 +23,10 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
                   "prefill on CUDA supports head_dim 64 and 128, got " + std::to_string(p.head_dim));
   check_supported(rows, "prefill on CUDA needs K and V rows in 16-byte aligned runs (NHD or HND layouts; "
                         "vLLM's split V layout is token-contiguous)");
+  constexpr std::int64_t k31 = std::int64_t{1} << 31;
+  check_supported(p.kv.k.page_stride < k31 && p.kv.v.page_stride < k31 && p.kv.k.token_stride < k31 &&
+                      p.kv.v.token_stride < k31,
+                  "prefill on CUDA needs page and token strides below 2^31 elements");
   check_supported(p.num_seqs <= 65535, "prefill on CUDA supports at most 65535 sequences per call, got " +
                                            std::to_string(p.num_seqs));
   PrefillKernelParams prm;

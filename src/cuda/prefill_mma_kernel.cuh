@@ -180,6 +180,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int my_chunk = threadIdx.x % kChunks, my_row = threadIdx.x / kChunks;
   const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, my_chunk * kChunkElems);
   const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, my_chunk * kChunkElems);
+  // The host checked that page and token strides fit 31 bits.
+  const auto k_page_stride = static_cast<std::int32_t>(ka.page_stride), v_page_stride = static_cast<std::int32_t>(va.page_stride);
+  const auto k_token_stride = static_cast<std::int32_t>(ka.token_stride), v_token_stride = static_cast<std::int32_t>(va.token_stride);
   auto stage_tile = [&](int stage, int is_v) { return s_pipe + stage * Smem::kStageBytes + is_v * Smem::kTileBytes; };
   auto chunk_ptr = [&](unsigned char* tile, int r) { return tile + r * Smem::kStageRowBytes + my_chunk * 16; };
   auto mma_tile = [&](int stage, int is_v) {
@@ -194,25 +197,29 @@ __global__ void __launch_bounds__(kPrefillThreads)
     for (std::int64_t i = threadIdx.x; i < cp1 - cp0; i += blockDim.x) s_pages[i] = static_cast<std::int32_t>(pages.page(cp0 + i));
     __syncthreads();
     const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
-    const std::int64_t n_tiles = ceil_div(c_end - c_begin, kKeys);
+    // Tiles start at multiples of kKeys (cp0 * P is one); keys before c_begin are zeros, masked.
+    const std::int64_t c_lo = c_begin - c_begin % kKeys;
+    const std::int64_t n_tiles = ceil_div(c_end - c_lo, kKeys);
+    const auto chunk_base = static_cast<std::uint32_t>(cp0 * P);
     auto issue = [&](std::int64_t j) {
       if (j < n_tiles) {
-        const std::int64_t t0 = c_begin + j * kKeys;
-        const int stage = static_cast<int>(j % kStages);
+        const std::int64_t t0 = c_lo + j * kKeys;
+        const int stage = static_cast<int>(j & (kStages - 1));
 #pragma unroll
         for (int pass = 0; pass < Smem::kPasses; ++pass) {
           const int r = my_row + pass * Smem::kRowsPerPass;
           const std::int64_t t = t0 + r;
           unsigned char* k_dst = chunk_ptr(stage_tile(stage, 0), r);
           unsigned char* v_dst = chunk_ptr(stage_tile(stage, 1), r);
-          if (t < c_end) {
-            const auto local = static_cast<std::uint32_t>(t - cp0 * P);
+          if (t >= c_begin && t < c_end) {
+            // 32-bit offsets within a page, one 32 x 32 -> 64-bit multiply per page.
+            const std::uint32_t local = static_cast<std::uint32_t>(t) - chunk_base;
             const std::uint32_t page_idx = prm.page_div.div(local);
-            const std::int64_t page = s_pages[page_idx];
-            const std::int64_t slot = local - page_idx * static_cast<std::uint32_t>(P);
-            cp_async(k_dst, k_base + page * ka.page_stride + slot * ka.token_stride, 16);
-            cp_async(v_dst, v_base + page * va.page_stride + slot * va.token_stride, 16);
-          } else {  // past the keys: zeros, so 0-weight keys cannot turn into NaN
+            const std::int32_t page = s_pages[page_idx];
+            const auto slot = static_cast<std::int32_t>(local - page_idx * static_cast<std::uint32_t>(P));
+            cp_async(k_dst, k_base + static_cast<std::int64_t>(page) * k_page_stride + slot * k_token_stride, 16);
+            cp_async(v_dst, v_base + static_cast<std::int64_t>(page) * v_page_stride + slot * v_token_stride, 16);
+          } else {  // outside the keys: zeros, so 0-weight keys cannot turn into NaN
             *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
             *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
           }
@@ -239,7 +246,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
         }
       }
       __syncthreads();  // tile j (widened) is visible to every warp
-      const std::int64_t t0 = c_begin + j * kKeys;
+      const std::int64_t t0 = c_lo + j * kKeys;
       if (t0 < warp_hi && t0 + kKeys > warp_lo) {  // some row of this warp sees a key of the tile
         const T* k_tile = mma_tile(stage, 0);
         const T* v_tile = mma_tile(stage, 1);
@@ -258,6 +265,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
         // Rows past the sequence's queries stay unmasked inside the open range: their results
         // are never written.
         const bool open = t0 >= max(c_begin, open_lo) && t0 + kKeys <= min(c_end, open_hi);
+        const int c_begin32 = static_cast<int>(c_begin), c_end32 = static_cast<int>(c_end);
+        const int pos32[2] = {static_cast<int>(pos[0]), static_cast<int>(pos[1])};
+        const float p_mul = plain ? s_mul : 1.0f;  // what still multiplies the stored logits
         float rmax[2] = {kNegInf, kNegInf};
 #pragma unroll
         for (int nt = 0; nt < kKeys / 8; ++nt) {
@@ -265,16 +275,18 @@ __global__ void __launch_bounds__(kPrefillThreads)
           for (int e = 0; e < 4; ++e) {
             const int r = e >> 1;
             const int dt = nt * 8 + tig * 2 + (e & 1);  // key t0 + dt
-            float x = sc[nt][e] * s_mul;
+            // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
+            float x = sc[nt][e];
             if constexpr (!plain) {
+              x *= s_mul;
               if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
               x = (x + slope[r] * static_cast<float>(t0 + dt - pos[r])) * kLog2e;
             }
-            if (!open) {
-              const std::int64_t t = t0 + dt;
-              bool ok = live[r] && t >= c_begin && t < c_end;
-              if (p.variant.causal) ok = ok && t <= pos[r];
-              if (p.variant.window_left >= 0) ok = ok && t >= pos[r] - p.variant.window_left;
+            if (!open) {  // positions fit 31 bits
+              const int t = static_cast<int>(t0) + dt;
+              bool ok = live[r] && t >= c_begin32 && t < c_end32;
+              if (p.variant.causal) ok = ok && t <= pos32[r];
+              if (p.variant.window_left >= 0) ok = ok && t >= pos32[r] - p.variant.window_left;
               x = ok ? x : kNegInf;
             }
             sc[nt][e] = x;
@@ -286,17 +298,19 @@ __global__ void __launch_bounds__(kPrefillThreads)
         for (int r = 0; r < 2; ++r) {
           rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(kAll, rmax[r], 1));
           rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(kAll, rmax[r], 2));
-          const float m_new = fmaxf(m[r], rmax[r]);
+          const float m_new = fmaxf(m[r], rmax[r] * p_mul);  // s_mul > 0 keeps the order
           corr[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);
           m[r] = m_new;
           l[r] *= corr[r];
         }
+        // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
+        const float m_sub[2] = {m[0] == kNegInf ? 0.0f : m[0], m[1] == kNegInf ? 0.0f : m[1]};
 #pragma unroll
         for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = e >> 1;
-            sc[nt][e] = m[r] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[r]);
+            sc[nt][e] = fast_exp2(fmaf(sc[nt][e], p_mul, -m_sub[r]));
             l[r] += sc[nt][e];
           }
         }
