@@ -8,10 +8,11 @@ Usage: python3 bench/torch_sdpa_decode.py [--iters 50] [--out FILE]
 import argparse
 import json
 import random
-import statistics
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from torch_timing import time_us
 
 SHAPES = [("d-long1", [32768]), ("d-mid16", [4096] * 16), ("d-b64", [2048] * 64),
           ("d-b256", [1024] * 256), ("d-b32-16k", [16384] * 32)]
@@ -23,21 +24,6 @@ def ragged_lens():
     # is what SDPA users run for ragged decode, so time the padded maximum instead.
     rng = random.Random(2024)
     return [rng.randint(1, 8192) for _ in range(128)]
-
-
-def time_us(fn, iters):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    return statistics.median(times), min(times)
 
 
 def copy_ceiling_gbps():

@@ -9,30 +9,16 @@ Usage: python3 bench/torch_sdpa_prefill.py [--iters 20] [--out FILE]
 """
 import argparse
 import json
-import statistics
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
+from torch_timing import time_us
+
 SHAPES = [("p-8x4096", 8, 4096, 0), ("a-512-on-8x8192", 8, 512, 8192)]  # name, batch, new, cached
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 HQ, HKV, D = 32, 8, 128
-
-
-def time_us(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    return statistics.median(times), min(times)
 
 
 def matmul_ceiling_tflops():

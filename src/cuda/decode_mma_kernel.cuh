@@ -107,33 +107,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 
   // Q as A fragments, one per 16-dim k-step; rows gid and gid + 8 are query heads g0 + row.
   std::uint32_t qa[kD / 16][4];
-  {
-    if constexpr (kFp8) {
-      // fp8 tiles multiply in f16 whatever q's dtype: q is scaled by a power of two that keeps
-      // the tile's largest |q| below 2^15 (exact; undone in the logit scale).
-      float amax = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(qf[kk][i / 4][i % 4]));
-      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      int e = 0;
-      frexpf(amax, &e);  // amax < 2^e
-      const int shift = max(0, e - 15);
-      s_mul = ldexpf(s_mul, shift);
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) qf[kk][i / 4][i % 4] = ldexpf(qf[kk][i / 4][i % 4], -shift);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      qa[kk][0] = pack2<T>(qf[kk][0][0], qf[kk][0][1]);
-      qa[kk][1] = pack2<T>(qf[kk][1][0], qf[kk][1][1]);
-      qa[kk][2] = pack2<T>(qf[kk][0][2], qf[kk][0][3]);
-      qa[kk][3] = pack2<T>(qf[kk][1][2], qf[kk][1][3]);
-    }
-  }
+  pack_q_fragments<T, kD, kFp8>(qf, s_mul, qa);
 
   float o[kD / 8][4];
 #pragma unroll

@@ -53,6 +53,38 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// q of a warp's 16 rows as mma A fragments: qf[k-step][row r][dims d, d+1, d+8, d+9] of rows
+// gid and gid + 8, packed into T pairs. For fp8 caches (kFp8) the tensor cores multiply in f16
+// whatever q's dtype, so q is first scaled by a power of two that keeps the warp's largest |q|
+// below 2^15 (exact); s_mul, the logit scale, takes the inverse.
+template <class T, int kD, bool kFp8>
+__device__ __forceinline__ void pack_q_fragments(float (&qf)[kD / 16][2][4], float& s_mul,
+                                                 std::uint32_t (&qa)[kD / 16][4]) {
+  if constexpr (kFp8) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(qf[kk][i / 4][i % 4]));
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    int e = 0;
+    frexpf(amax, &e);  // amax < 2^e
+    const int shift = max(0, e - 15);
+    s_mul = ldexpf(s_mul, shift);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qf[kk][i / 4][i % 4] = ldexpf(qf[kk][i / 4][i % 4], -shift);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    qa[kk][0] = pack2<T>(qf[kk][0][0], qf[kk][0][1]);
+    qa[kk][1] = pack2<T>(qf[kk][1][0], qf[kk][1][1]);
+    qa[kk][2] = pack2<T>(qf[kk][0][2], qf[kk][0][3]);
+    qa[kk][3] = pack2<T>(qf[kk][1][2], qf[kk][1][3]);
+  }
+}
+
 // 2^x by the MUFU unit alone (ex2.approx.ftz: relative error ~2^-22, denormal results flushed
 // to zero, 2^-inf = 0): exp2f adds a range fix-up per call that doubles the softmax's cost.
 __device__ __forceinline__ float fast_exp2(float x) {

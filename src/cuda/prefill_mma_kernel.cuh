@@ -145,29 +145,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
         }
       }
     });
-    if constexpr (kFp8) {  // keep the warp's largest |q| below 2^15 in f16 (exact, undone in s_mul)
-      float amax = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(qf[kk][i / 4][i % 4]));
-      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(kAll, amax, off));
-      int e = 0;
-      frexpf(amax, &e);
-      const int shift = max(0, e - 15);
-      s_mul = ldexpf(s_mul, shift);
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) qf[kk][i / 4][i % 4] = ldexpf(qf[kk][i / 4][i % 4], -shift);
-    }
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      qa[kk][0] = pack2<T>(qf[kk][0][0], qf[kk][0][1]);
-      qa[kk][1] = pack2<T>(qf[kk][1][0], qf[kk][1][1]);
-      qa[kk][2] = pack2<T>(qf[kk][0][2], qf[kk][0][3]);
-      qa[kk][3] = pack2<T>(qf[kk][1][2], qf[kk][1][3]);
-    }
+    pack_q_fragments<T, kD, kFp8>(qf, s_mul, qa);
   }
 
   float o[kD / 8][4];
