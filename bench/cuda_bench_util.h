@@ -65,4 +65,20 @@ inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream,
   return us;
 }
 
+// Per-replay times (µs) of what `record` launches on `stream`, captured once in a CUDA graph
+// (so the host work of the call, e.g. an op's checks, stays outside the timed region).
+template <class F>
+std::vector<double> time_captured(cudaStream_t stream, F&& record, int warmup, int iterations) {
+  cudaGraph_t graph;
+  ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  record();
+  ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  std::vector<double> us = time_graph(exec, stream, warmup, iterations);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us;
+}
+
 }  // namespace pagedattn::bench

@@ -148,15 +148,9 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     const TensorView out_view(out.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
     const DecodeOptions options{shape.variant, shape.partition_size, &host_table};
 
-    cudaGraph_t graph;
-    ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, options);
-    ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cudaGraphExec_t exec;
-    ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    const std::vector<double> us = time_graph(exec, stream, config.warmup, config.iterations);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const std::vector<double> us = time_captured(stream, [&] {
+      decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, options);
+    }, config.warmup, config.iterations);
 
     const double kv_bytes = 2.0 * static_cast<double>(tokens * Hkv * D) * static_cast<double>(dtype_size(shape.kv_dtype));
     const double bytes = kv_bytes + 2.0 * static_cast<double>(q_bytes);

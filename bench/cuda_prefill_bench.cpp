@@ -123,16 +123,10 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     params.causal = shape.causal;
     const PrefillOptions options{&host_table, TensorView(indptr.data(), DType::kI32, {S + 1})};
 
-    cudaGraph_t graph;
-    ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    prefill(ctx, TensorView(q.ptr, shape.dtype, {T, Hq, D}, gpu), TensorView(d_indptr.ptr, DType::kI32, {S + 1}, gpu),
-            cache, dev_table, params, TensorView(out.ptr, shape.dtype, {T, Hq, D}, gpu), {}, options);
-    ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cudaGraphExec_t exec;
-    ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    const std::vector<double> us = time_graph(exec, stream, config.warmup, config.iterations);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const std::vector<double> us = time_captured(stream, [&] {
+      prefill(ctx, TensorView(q.ptr, shape.dtype, {T, Hq, D}, gpu), TensorView(d_indptr.ptr, DType::kI32, {S + 1}, gpu),
+              cache, dev_table, params, TensorView(out.ptr, shape.dtype, {T, Hq, D}, gpu), {}, options);
+    }, config.warmup, config.iterations);
 
     // QK^T and PV: 4 flops per (query head, query, visible key, dim).
     const double n = static_cast<double>(shape.new_tokens), c = static_cast<double>(shape.cached_tokens);

@@ -12,7 +12,7 @@ import random
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_timing import time_us
+from torch_bench import time_us, write_records
 
 SHAPES = [("d-long1", [32768]), ("d-mid16", [4096] * 16), ("d-b64", [2048] * 64),
           ("d-b256", [1024] * 256), ("d-b32-16k", [16384] * 32)]
@@ -73,9 +73,7 @@ def main():
             del q, k, v
             torch.cuda.empty_cache()
     if args.out:
-        with open(args.out, "w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
+        write_records(args.out, records)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from torch_timing import time_us
+from torch_bench import time_us, write_records
 
 SHAPES = [("p-8x4096", 8, 4096, 0), ("a-512-on-8x8192", 8, 512, 8192)]  # name, batch, new, cached
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
@@ -80,9 +80,7 @@ def main():
         del q, k, v
         torch.cuda.empty_cache()
     if args.out:
-        with open(args.out, "w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
+        write_records(args.out, records)
 
 
 if __name__ == "__main__":

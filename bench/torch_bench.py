@@ -1,4 +1,6 @@
-"""CUDA-event timing shared by the PyTorch competitor scripts (bench/torch_sdpa_*.py)."""
+"""Helpers shared by the PyTorch competitor scripts (bench/torch_sdpa_*.py): CUDA-event timing
+and writing the JSON records."""
+import json
 import statistics
 
 import torch
@@ -19,3 +21,10 @@ def time_us(fn, iters, warmup=5):
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
     return statistics.median(times), min(times)
+
+
+def write_records(path, records):
+    """One JSON object a line, as the C++ benchmarks write them."""
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
