@@ -175,5 +175,58 @@ TEST(CudaPrefillErrors, RejectsBadOrUnsupportedInputAndWritesNothing) {
   { Case c; c.layout = KVLayout::kVllmSplit; check(c, "16-byte aligned runs", false); }
 }
 
+// A prefill captured once in a CUDA graph replays correctly after qo_indptr and the lengths
+// change within the bounds it was sized for (the same token count, no sequence with more
+// queries than planned): the kernel reads both from device memory.
+TEST(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c;
+  c.lens = {300, 700, 129};
+  const std::int64_t S = 3, T = 293;
+  test::HostProblem h = test::build(c, 13, T);
+  const AttentionParams host_params = test::params_of(c, h);
+  test::DeviceProblem d = test::to_device(h, host_params);
+  std::vector<std::int32_t> indptr = {0, 100, 164, 293};  // at most 129 queries per sequence
+  const TensorView host_indptr(indptr.data(), DType::kI32, {S + 1});
+  test::Mirrored dev_indptr = test::mirror(host_indptr);
+  const std::size_t out_bytes = static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * 2;
+  DeviceBuffer out(out_bytes);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreate(&stream), "stream");
+  const Context ctx{Device::cuda(0), stream};
+  const PageTable host_table = h.table();  // sized for these lengths and queries
+  const TensorView out_view(out.get(), DType::kBF16, {T, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  cudaGraph_t graph;
+  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  prefill(ctx, d.q.view, dev_indptr.view, d.cache, d.table, d.params, out_view, {},
+          PrefillOptions{&host_table, host_indptr});
+  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+
+  struct Step {
+    std::vector<std::int32_t> indptr, lens;
+  };
+  for (const Step& step : {Step{{0, 100, 164, 293}, {300, 700, 129}}, Step{{0, 129, 229, 293}, {300, 700, 129}},
+                           Step{{0, 64, 164, 293}, {250, 100, 129}}}) {
+    h.bt.seq_lens = step.lens;
+    test::cuda_ok(cudaMemcpy(dev_indptr.buffer.get(), step.indptr.data(), step.indptr.size() * 4, cudaMemcpyHostToDevice), "indptr");
+    test::cuda_ok(cudaMemcpy(d.b.buffer.get(), step.lens.data(), step.lens.size() * 4, cudaMemcpyHostToDevice), "lens");
+    test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
+    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    std::vector<std::byte> want(out_bytes);
+    Context ref = Context::cpu();
+    ref.implementation = Implementation::kReference;
+    prefill(ref, h.q_view, TensorView(const_cast<std::int32_t*>(step.indptr.data()), DType::kI32, {S + 1}), h.cache,
+            h.bt.view(), host_params, TensorView(want.data(), DType::kBF16, {T, c.num_q_heads, c.head_dim}));
+    test::expect_close(test::to_floats(out.snapshot(), DType::kBF16), test::to_floats(want, DType::kBF16),
+                       test::tolerance(DType::kBF16), "graph replay");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace pagedattn
