@@ -37,7 +37,6 @@ class PrefixFinder {
       : csr_(csr), page_size_(page_size), options_(options) {
     const auto n = csr.last_page_len.size();
     own_.resize(n);
-    own_set_.assign(n, false);
     own_last_len_.assign(n, 0);
     for (std::size_t s = 0; s < n; ++s) {
       const std::int64_t pages = num_pages(s);
@@ -115,7 +114,6 @@ class PrefixFinder {
     std::vector<std::int32_t>& own = own_[su];
     own = pending;
     for (std::int64_t j = d; j < num_pages(su); ++j) own.push_back(page(s, j));
-    own_set_[su] = true;
     own_last_len_[su] = d < num_pages(su) ? csr_.last_page_len[su] : static_cast<std::int32_t>(page_size_);
   }
 
@@ -144,7 +142,7 @@ class PrefixFinder {
     for (std::size_t s = 0; s < n; ++s) {
       const std::int64_t pages = num_pages(s);
       out.tokens_plain += pages == 0 ? 0 : (pages - 1) * page_size_ + csr_.last_page_len[s];
-      if (!own_set_[s] || own_[s].empty()) continue;  // everything it has is in shared rows
+      if (own_[s].empty()) continue;  // no KV, or all of it in shared rows
       own_level.seq_to_row[s] = add_row(own_level, own_[s], own_last_len_[s]);
     }
     return out;
@@ -156,8 +154,7 @@ class PrefixFinder {
   std::vector<std::int64_t> full_;  // leading full pages of each sequence
   // shared_[level]: (pages, sequences) of each shared row.
   std::vector<std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>>> shared_;
-  std::vector<std::vector<std::int32_t>> own_;
-  std::vector<bool> own_set_;
+  std::vector<std::vector<std::int32_t>> own_;  // every sequence gets its row from set_own
   std::vector<std::int32_t> own_last_len_;
 };
 

@@ -112,10 +112,7 @@ __global__ void __launch_bounds__(kDecodeThreads) merge_splits_kernel(const __gr
     for (int w = 0; w < kMergeWarps; ++w) sum += s_o[w][d];
     store_one(o_row, p.qo.out_dtype, d, sum * inv);
   }
-  if (threadIdx.x == 0 && p.qo.lse) {
-    p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
-        L > 0.0f ? (M + log2f(L)) * kLn2 : neg_inf();
-  }
+  if (threadIdx.x == 0 && p.qo.lse) p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
 }
 
 DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,

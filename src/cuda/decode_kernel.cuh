@@ -122,6 +122,23 @@ __device__ __forceinline__ void stage_pages(const DecodeCta& cta, std::int64_t c
   __syncthreads();
 }
 
+// Folds the attention sink of query head h (one more denominator term, without a value) into
+// a finished state (max M, sum L, base 2). Returns the factor the unnormalised output takes.
+__device__ __forceinline__ float fold_sink(const detail::AttentionProblem& p, std::int64_t h, float& M, float& L) {
+  if (!p.variant.sinks) return 1.0f;
+  const float sink = p.variant.sinks[h] * kLog2e;
+  const float M2 = fmaxf(M, sink);
+  const float scale = exp2f(M - M2);
+  L = L * scale + exp2f(sink - M2);
+  M = M2;
+  return scale;
+}
+
+// The natural-log LSE of a state (max M, sum L, base 2); -inf when it is empty.
+__device__ __forceinline__ float natural_lse(float M, float L) {
+  return L > 0.0f ? (M + log2f(L)) * kLn2 : detail::kNegInf;
+}
+
 // Merges the n_states partial states the CTA left in shared memory (state r, head g: max
 // s_m[r * g_stride + g] and sum s_l[...] in base 2, unnormalised output at
 // s_acc[(r * g_stride + g) * acc_stride + d]) and writes the result: the final output and LSE
@@ -152,19 +169,10 @@ __device__ __forceinline__ void write_cta_result(const DecodeKernelParams& prm, 
       if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : neg_inf;
       continue;
     }
-    if (p.variant.sinks) {  // an extra denominator term with no value
-      const float sink = p.variant.sinks[h] * kLog2e;
-      const float M2 = fmaxf(M, sink);
-      L = L * exp2f(M - M2) + exp2f(sink - M2);
-      O *= exp2f(M - M2);
-      M = M2;
-    }
+    O *= fold_sink(p, h, M, L);
     std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
     store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L * v_scale : 0.0f);
-    if (d == 0 && p.qo.lse) {
-      p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] =
-          L > 0.0f ? (M + log2f(L)) * kLn2 : neg_inf;
-    }
+    if (d == 0 && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
   }
 }
 

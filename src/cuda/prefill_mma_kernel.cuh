@@ -120,10 +120,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 
   const float soft_cap = p.variant.soft_cap;
-  constexpr bool plain = kPlain;
   const float k_scale = kFp8 ? p.kv.k_scale_of(kv_head) : 1.0f;
   const float v_scale = kFp8 ? p.kv.v_scale_of(kv_head) : 1.0f;
-  float s_mul = p.variant.scale * k_scale * (plain ? kLog2e : 1.0f);
+  float s_mul = p.variant.scale * k_scale * (kPlain ? kLog2e : 1.0f);
 
   // Q as A fragments: [k-step][row r][dims d, d+1, d+8, d+9], dead rows zero.
   std::uint32_t qa[kD / 16][4];
@@ -182,7 +181,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     auto issue = [&](std::int64_t j) {
       if (j < n_tiles) {
         const std::int64_t t0 = c_lo + j * kKeys;
-        const int stage = static_cast<int>(j & (kStages - 1));
+        const int stage = static_cast<int>(j % kStages);
 #pragma unroll
         for (int pass = 0; pass < Smem::kPasses; ++pass) {
           const int r = my_row + pass * Smem::kRowsPerPass;
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
         const bool open = t0 >= max(c_begin, open_lo) && t0 + kKeys <= min(c_end, open_hi);
         const int c_begin32 = static_cast<int>(c_begin), c_end32 = static_cast<int>(c_end);
         const int pos32[2] = {static_cast<int>(pos[0]), static_cast<int>(pos[1])};
-        const float p_mul = plain ? s_mul : 1.0f;  // what still multiplies the stored logits
+        const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
         float rmax[2] = {kNegInf, kNegInf};
 #pragma unroll
         for (int nt = 0; nt < kKeys / 8; ++nt) {
@@ -255,7 +254,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
             const int dt = nt * 8 + tig * 2 + (e & 1);  // key t0 + dt
             // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
             float x = sc[nt][e];
-            if constexpr (!plain) {
+            if constexpr (!kPlain) {
               x *= s_mul;
               if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
               x = (x + slope[r] * static_cast<float>(t0 + dt - pos[r])) * kLog2e;
@@ -329,14 +328,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!live[r]) continue;
-    float M = m[r], L = l[r], scale_o = 1.0f;
-    if (p.variant.sinks) {  // an extra denominator term with no value
-      const float sink = p.variant.sinks[head[r]] * kLog2e;
-      const float M2 = fmaxf(M, sink);
-      L = L * exp2f(M - M2) + exp2f(sink - M2);
-      scale_o = exp2f(M - M2);
-      M = M2;
-    }
+    float M = m[r], L = l[r];
+    const float scale_o = fold_sink(p, head[r], M, L);
     const float inv = L > 0.0f ? scale_o * v_scale / L : 0.0f;
     const std::int64_t q_tok = q0 + tok[r];
     std::byte* o_row = p.qo.out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
@@ -345,10 +338,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
       store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
       store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
     }
-    if (tig == 0 && p.qo.lse) {
-      p.qo.lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] =
-          L > 0.0f ? (M + log2f(L)) * kLn2 : kNegInf;
-    }
+    if (tig == 0 && p.qo.lse) p.qo.lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] = natural_lse(M, L);
   }
 }
 
