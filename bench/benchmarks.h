@@ -105,6 +105,23 @@ double measure_cuda_matmul_tflops(int device);
 std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig& config,
                                                    const Progress& progress = {});
 
+// Cascade: num_seqs sequences sharing one prefix (the same physical pages) + their own tokens.
+struct CudaCascadeBenchConfig {
+  int device = 0;
+  int warmup = 5;
+  int iterations = 50;
+  std::int64_t num_seqs = 64, shared_tokens = 16384, own_tokens = 256;
+  std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  KVLayout layout = KVLayout::kNHD;  // bf16 q, KV and output
+};
+
+// Records beside the copy ceiling: plain decode with the cascade off (captured in a graph, and
+// call by call), decode finding the cascade itself (call by call: the search is part of it; a
+// captured graph would run plain; with its host time per call and the search's), and
+// cascade_decode over the same layout on device levels, captured in a graph.
+std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig& config,
+                                                   const Progress& progress = {});
+
 std::vector<nlohmann::json> run_decode_bench(const DecodeBenchConfig& config, const Progress& progress = {});
 std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& config, const Progress& progress = {});
 

@@ -81,4 +81,27 @@ std::vector<double> time_captured(cudaStream_t stream, F&& record, int warmup, i
   return us;
 }
 
+// Per-call times (µs) of `call` run directly on `stream`, between events recorded around each
+// call: the host work of the call counts whenever the GPU waits for it.
+template <class F>
+std::vector<double> time_calls(cudaStream_t stream, F&& call, int warmup, int iterations) {
+  for (int i = 0; i < warmup; ++i) call();
+  std::vector<cudaEvent_t> events(2 * static_cast<std::size_t>(iterations));
+  for (auto& e : events) ok(cudaEventCreate(&e), "event");
+  for (std::size_t i = 0; i < events.size(); i += 2) {
+    ok(cudaEventRecord(events[i], stream), "record");
+    call();
+    ok(cudaEventRecord(events[i + 1], stream), "record");
+  }
+  ok(cudaStreamSynchronize(stream), "sync");
+  std::vector<double> us;
+  for (std::size_t i = 0; i < events.size(); i += 2) {
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, events[i], events[i + 1]), "elapsed");
+    us.push_back(ms * 1e3);
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  return us;
+}
+
 }  // namespace pagedattn::bench

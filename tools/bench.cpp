@@ -1,4 +1,4 @@
-// `pagedattn bench decode|prefill`: the CPU benchmarks of BENCHMARKS.md, each beside the
+// `pagedattn bench decode|prefill|cascade`: the benchmarks of BENCHMARKS.md, each beside the
 // machine's ceiling measured in the same run. Prints a table, or JSON records (one per line).
 #include <fstream>
 #include <memory>
@@ -39,6 +39,9 @@ struct BenchOptions {
   std::int64_t new_tokens = 2048;
   std::int64_t cached_tokens = 0;
   bool non_causal = false;
+  // cascade
+  std::int64_t shared_tokens = 16384;
+  std::int64_t own_tokens = 256;
 };
 
 std::string number(const nlohmann::json& r, const char* key, const char* format) {
@@ -151,7 +154,37 @@ int run_cuda_prefill(const BenchOptions& o, const Device& device) {
   progress.finish();
   return report(o, records);
 }
+
+// GPU cascade: sequences sharing one prefix, plain decode vs. the cascade.
+int run_cuda_cascade(const BenchOptions& o, const Device& device) {
+  bench::CudaCascadeBenchConfig c;
+  c.device = device.index;
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+  if (o.batch > 0) c.num_seqs = o.batch;
+  const HeadCounts heads = parse_heads(o.heads);
+  c.num_q_heads = heads.num_q_heads;
+  c.num_kv_heads = heads.num_kv_heads;
+  c.head_dim = o.head_dim;
+  c.page_size = o.page_size;
+  c.layout = parse_kv_layout(o.layout);
+  c.shared_tokens = o.shared_tokens;
+  c.own_tokens = o.own_tokens;
+  ProgressLine progress(stderr);
+  auto records = bench::run_cuda_cascade_bench(c, [&](const std::string& m) { progress.update(m); });
+  progress.finish();
+  return report(o, records);
+}
 #endif
+
+int run_cascade(const BenchOptions& o) {
+  [[maybe_unused]] const Device device = resolve_device(o.device);
+#if defined(PAGEDATTN_BENCH_CUDA)
+  if (device.type == DeviceType::kCUDA) return run_cuda_cascade(o, device);
+#endif
+  throw Error(ErrorCode::kUnsupported, "pagedattn bench cascade: runs on a GPU only (--device cuda, in a "
+                                       "build with CUDA)");
+}
 
 // Copies the options both CPU benchmarks share into their config (DecodeBenchConfig or
 // PrefillBenchConfig); iterations, warm-up and batch keep the config's defaults when not given.
@@ -238,7 +271,7 @@ void add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_bat
 
 void add_bench_command(CLI::App& app, Action& action) {
   CLI::App* bench = app.add_subcommand(
-      "bench", "Measure decode or prefill attention beside the machine's measured ceiling");
+      "bench", "Measure decode, prefill or cascade attention beside the machine's measured ceiling");
   bench->require_subcommand(1);
 
   auto d = std::make_shared<BenchOptions>();
@@ -269,6 +302,17 @@ void add_bench_command(CLI::App& app, Action& action) {
   prefill->add_flag("--standard-shapes", p->standard_shapes,
                     "GPU only: run the prefill / append table of BENCHMARKS.md");
   prefill->callback([&action, p] { action = [p] { return run_prefill(*p); }; });
+
+  auto c = std::make_shared<BenchOptions>();
+  CLI::App* cascade = bench->add_subcommand(
+      "cascade", "GPU: sequences sharing one prefix's pages, plain decode vs. the cascade "
+                 "(default: 64 x (16384 shared + 256 own), GQA 32/8, bf16)");
+  add_shared_options(*cascade, *c, 64);
+  cascade->add_option("--shared-tokens", c->shared_tokens, "Tokens of the shared prefix (whole pages are shared)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  cascade->add_option("--own-tokens", c->own_tokens, "Tokens each sequence has after the prefix")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  cascade->callback([&action, c] { action = [c] { return run_cascade(*c); }; });
 }
 
 }  // namespace pagedattn::cli

@@ -4,6 +4,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <string_view>
 
 namespace pagedattn {
@@ -34,6 +35,15 @@ class Error : public std::runtime_error {
 inline void check_arg(bool condition, const std::string& message,
                       std::source_location where = std::source_location::current()) {
   if (!condition) throw Error(ErrorCode::kInvalidArgument, message, where);
+}
+
+// The same with the message built only when the check fails: for checks run once per table
+// entry or token, where building every message would cost more than the op.
+template <class MakeMessage>
+  requires std::is_invocable_r_v<std::string, MakeMessage>
+inline void check_arg(bool condition, MakeMessage&& message,
+                      std::source_location where = std::source_location::current()) {
+  if (!condition) throw Error(ErrorCode::kInvalidArgument, message(), where);
 }
 
 // Throws Error(kUnsupported, message) unless `condition` holds.

@@ -14,7 +14,7 @@
 // ctx.stream. Ops that must validate index values (decode's page table, append_kv's slots,
 // copy_blocks' page pairs) take a host copy of them in their options instead of reading the
 // GPU: they never synchronise and can be captured in a CUDA graph. The CUDA backend runs
-// decode, append_kv, copy_blocks, merge_state and merge_states.
+// decode, prefill, cascade_decode, append_kv, copy_blocks, merge_state and merge_states.
 #pragma once
 
 #include <span>
@@ -76,6 +76,15 @@ struct DecodeOptions {
   // (no synchronisation, safe inside a CUDA graph). Required when the table lives on the GPU;
   // ignored on the CPU.
   const PageTable* host_table = nullptr;
+  // Sequences whose leading pages are the same physical pages (forks, prefix-cache hits) need
+  // those pages read only once: decode looks for them in the (host) table with
+  // find_shared_prefixes (shared_prefix.h) and, when that saves at least
+  // cascade_min_saved_tokens KV reads, runs as cascade_decode over the layout found. Only with
+  // variant kAuto and partition_size 0, without ALiBi or a sliding window (positions differ per
+  // level), and on CUDA only while the stream is not being captured (a graph replay may see
+  // other pages shared) and when ctx.workspace, if given, is large enough. false: always plain.
+  bool cascade = true;
+  std::int64_t cascade_min_saved_tokens = 4096;
 };
 
 // One query per sequence, at its last position. q, out: [num_seqs, num_q_heads, head_dim];
@@ -109,9 +118,18 @@ struct CascadeLevel {
   PageTable table;
   TensorView seq_to_row;
 };
+struct CascadeOptions {
+  // CUDA: host copies of `levels` (same formats and shapes; seq_to_row given for the same
+  // levels). The op validates them and plans its launches from them, so it never reads device
+  // memory from the host. Rows and positions are read on the device, so a captured graph
+  // replays correctly for new page ids, lengths and row maps within the planned bounds (no
+  // row longer, no row with more users). Required on CUDA; ignored on the CPU.
+  std::span<const CascadeLevel> host_levels;
+};
 void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cache,
                     std::span<const CascadeLevel> levels, const AttentionParams& params,
-                    const TensorView& out, const TensorView& lse = {});
+                    const TensorView& out, const TensorView& lse = {},
+                    const CascadeOptions& options = {});
 
 // ---- attention states ----------------------------------------------------------------------
 

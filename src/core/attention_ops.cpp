@@ -9,7 +9,10 @@
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 
+#include "pagedattn/shared_prefix.h"
+
 #if PAGEDATTN_WITH_CUDA
+#include "cuda/cascade.h"
 #include "cuda/decode.h"
 #include "cuda/prefill.h"
 #endif
@@ -36,6 +39,22 @@ detail::AttentionProblem resolve_common(const Context& ctx, const TensorView& q,
 }
 
 
+// Whether decode should look for shared prefixes: the options allow it, the variant does not
+// depend on positions, and at least two sequences start with the same full page (a cheap test
+// that keeps the search off the common path). p.table is the validated host table.
+bool cascade_candidate(const Context& ctx, const detail::AttentionProblem& p, const DecodeOptions& options) {
+  if (!options.cascade || options.variant != DecodeVariant::kAuto || options.partition_size != 0) return false;
+  if (ctx.implementation == Implementation::kReference) return false;
+  if (p.variant.alibi_slopes != nullptr || p.variant.window_left >= 0) return false;
+  std::vector<std::int32_t> first_pages;
+  for (std::int64_t s = 0; s < p.num_seqs; ++s) {
+    const detail::SeqPages row = p.table.row(s);
+    if (row.kv_len >= p.kv.page_size) first_pages.push_back(static_cast<std::int32_t>(row.page(0)));
+  }
+  std::ranges::sort(first_pages);
+  return std::ranges::adjacent_find(first_pages) != first_pages.end();
+}
+
 }  // namespace
 
 void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
@@ -58,6 +77,27 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
             "options.partition_size " + std::to_string(options.partition_size) +
                 " must be 0 (planner) or a positive multiple of page_size " +
                 std::to_string(p.kv.page_size));
+  check_arg(options.cascade_min_saved_tokens >= 0, "options.cascade_min_saved_tokens is " +
+                                                       std::to_string(options.cascade_min_saved_tokens) +
+                                                       ", expected >= 0");
+#if PAGEDATTN_WITH_CUDA
+  const bool capturing = on_gpu && cuda::stream_is_capturing(ctx.stream);
+#else
+  const bool capturing = false;
+#endif
+  if (!capturing && cascade_candidate(ctx, p, options)) {
+    CascadeLayout layout = find_shared_prefixes(on_gpu ? *options.host_table : table, p.kv.page_size,
+                                                {options.cascade_min_saved_tokens});
+    if (layout.shared_levels() > 0) {
+      if (!on_gpu) return cascade_decode(ctx, q, cache, layout.views(), params, out, lse);
+#if PAGEDATTN_WITH_CUDA
+      if (cuda::decode_as_cascade(p, layout, ctx.device.index, ctx.workspace.data(), ctx.workspace.size(),
+                                  ctx.stream)) {
+        return;
+      }
+#endif
+    }
+  }
   if (on_gpu) {
 #if PAGEDATTN_WITH_CUDA
     std::vector<std::int64_t> lengths(static_cast<std::size_t>(p.num_seqs));
@@ -97,11 +137,14 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
   std::int64_t max_q = 0;
   for (std::int64_t s = 0; s < p.num_seqs; ++s) {
     const std::int64_t n_q = indptr[s + 1] - indptr[s];
-    check_arg(n_q >= 0, indptr_name + " is decreasing at " + std::to_string(s + 1));
+    check_arg(n_q >= 0, [&] {
+      return indptr_name + " is decreasing at " + std::to_string(s + 1);
+    });
     const std::int64_t kv_len = p.table.row(s).kv_len;
-    check_arg(n_q <= kv_len, "sequence " + std::to_string(s) + " has " + std::to_string(n_q) +
-                                 " queries but only " + std::to_string(kv_len) +
-                                 " tokens of KV (queries must already be in the cache)");
+    check_arg(n_q <= kv_len, [&] {
+      return "sequence " + std::to_string(s) + " has " + std::to_string(n_q) + " queries but only " +
+          std::to_string(kv_len) + " tokens of KV (queries must already be in the cache)";
+    });
     max_q = std::max(max_q, n_q);
   }
   check_arg(indptr[p.num_seqs] == q.size(0), indptr_name + "[num_seqs] is " +

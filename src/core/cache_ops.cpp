@@ -82,12 +82,14 @@ void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, co
   const std::int64_t num_slots = kv.num_pages * kv.page_size;
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t slot = index_at(host_slots, i * host_slots.stride(0));
-    check_arg(slot >= -1 && slot < num_slots,
-              "slot_mapping[" + std::to_string(i) + "] is " + std::to_string(slot) +
-                  ", expected -1 or a slot in [0, " + std::to_string(num_slots) + ")");
-    check_arg(slot < 0 || seen.insert(slot).second,
-              "slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slot) +
-                  " repeats an earlier slot (the write order would be undefined)");
+    check_arg(slot >= -1 && slot < num_slots, [&] {
+      return "slot_mapping[" + std::to_string(i) + "] is " + std::to_string(slot) +
+          ", expected -1 or a slot in [0, " + std::to_string(num_slots) + ")";
+    });
+    check_arg(slot < 0 || seen.insert(slot).second, [&] {
+      return "slot_mapping[" + std::to_string(i) + "] = " + std::to_string(slot) +
+          " repeats an earlier slot (the write order would be undefined)";
+    });
     slots[static_cast<std::size_t>(i)] = slot;
   }
   if (ctx.device.type == DeviceType::kCUDA) {
@@ -113,13 +115,14 @@ void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& blo
     const std::int64_t src = index_at(host_map, i * host_map.stride(0));
     const std::int64_t dst = index_at(host_map, i * host_map.stride(0) + host_map.stride(1));
     for (auto [id, what] : {std::pair{src, "src"}, std::pair{dst, "dst"}}) {
-      check_arg(id >= 0 && id < kv.num_pages,
-                "block_mapping[" + std::to_string(i) + "] " + what + " page " +
-                    std::to_string(id) + " is out of range [0, " + std::to_string(kv.num_pages) + ")");
+      check_arg(id >= 0 && id < kv.num_pages, [&] {
+        return "block_mapping[" + std::to_string(i) + "] " + what + " page " + std::to_string(id) +
+            " is out of range [0, " + std::to_string(kv.num_pages) + ")";
+      });
     }
-    check_arg(destinations.insert(dst).second,
-              "block_mapping[" + std::to_string(i) + "] writes page " + std::to_string(dst) +
-                  " a second time");
+    check_arg(destinations.insert(dst).second, [&] {
+      return "block_mapping[" + std::to_string(i) + "] writes page " + std::to_string(dst) + " a second time";
+    });
     sources.insert(src);
     mapping[static_cast<std::size_t>(i)] = {src, dst};
   }

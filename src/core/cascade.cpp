@@ -9,6 +9,9 @@
 
 #include "core/backend_select.h"
 #include "core/validate.h"
+#if PAGEDATTN_WITH_CUDA
+#include "cuda/cascade.h"
+#endif
 #include "cpu/cpu_backend.h"
 #include "cpu/merge_states.h"
 #include "pagedattn/error.h"
@@ -99,13 +102,55 @@ void run_level(const Context& ctx, const AttentionProblem& base, const LevelPlan
     std::copy_n(lse_packed.data() + i * Hq, Hq, part_lse + s * Hq);
   }
 }
+#if PAGEDATTN_WITH_CUDA
+// The device levels, checked against their validated host copies, then the CUDA cascade.
+void run_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<const CascadeLevel> levels,
+                std::span<const CascadeLevel> host_levels, const std::vector<LevelPlan>& plans) {
+  const std::int64_t S = base.num_seqs;
+  std::vector<cuda::CascadeLevelDesc> descs(levels.size());
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    const std::string name = "levels[" + std::to_string(l) + "]";
+    cuda::CascadeLevelDesc& d = descs[l];
+    d.table = detail::resolve_device_table(ctx, levels[l].table, host_levels[l].table, plans[l].table,
+                                           name + ".table");
+    const TensorView& map = levels[l].seq_to_row;
+    check_arg(map.defined() == host_levels[l].seq_to_row.defined(),
+              name + ".seq_to_row and its host copy must be both given or both absent");
+    if (map.defined()) {
+      detail::check_tensor(ctx, map, name + ".seq_to_row", {DType::kI32}, 1);
+      detail::check_dim(map, name + ".seq_to_row", 0, S, "num_seqs");
+      check_arg(map.is_contiguous(), name + ".seq_to_row must be contiguous on CUDA");
+      d.seq_to_row = map.data_as<const std::int32_t>();
+    }
+    std::vector<std::int64_t> users(static_cast<std::size_t>(plans[l].table.num_rows), 0);
+    d.seq_lens.assign(static_cast<std::size_t>(S), 0);
+    for (std::int64_t s = 0; s < S; ++s) {
+      const std::int32_t r = plans[l].seq_to_row[static_cast<std::size_t>(s)];
+      if (r < 0) continue;
+      d.seq_lens[static_cast<std::size_t>(s)] = plans[l].table.row(r).kv_len;
+      d.max_users = std::max(d.max_users, ++users[static_cast<std::size_t>(r)]);
+    }
+  }
+  const cuda::CascadePlan plan = cuda::plan_cascade(base, descs, ctx.device.index);
+  cuda::cascade_decode(base, descs, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
+}
+#endif
+
 }  // namespace
 
 void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cache,
                     std::span<const CascadeLevel> levels, const AttentionParams& params,
-                    const TensorView& out, const TensorView& lse) {
+                    const TensorView& out, const TensorView& lse, const CascadeOptions& options) {
   detail::require_backend(ctx, "cascade_decode");
   check_arg(!levels.empty(), "levels is empty: cascade_decode needs at least one level");
+  const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
+  check_arg(!on_gpu || options.host_levels.size() == levels.size(),
+            "options.host_levels is required on CUDA: host copies of the " + std::to_string(levels.size()) +
+                " levels (got " + std::to_string(options.host_levels.size()) +
+                "), used to validate them and plan the launches without reading GPU memory");
+  // The levels whose values are checked: the host copies on CUDA.
+  const std::span<const CascadeLevel> checked = on_gpu ? options.host_levels : levels;
+  const Context host = Context::cpu();
   check_arg(q.rank() == 3, "q has rank " + std::to_string(q.rank()) +
                                ", expected 3 [num_seqs, num_q_heads, head_dim]");
   AttentionProblem base;
@@ -124,11 +169,11 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
   for (std::size_t l = 0; l < levels.size(); ++l) {
     const std::string name = "levels[" + std::to_string(l) + "]";
     LevelPlan& plan = plans[l];
-    plan.table = detail::resolve_table(ctx, levels[l].table, base.kv, name + ".table");
+    plan.table = detail::resolve_table(ctx, checked[l].table, base.kv, name + ".table");
     plan.seq_to_row.resize(static_cast<std::size_t>(S));
-    const TensorView& map = levels[l].seq_to_row;
+    const TensorView& map = checked[l].seq_to_row;
     if (map.defined()) {
-      detail::check_tensor(ctx, map, name + ".seq_to_row", {DType::kI32}, 1);
+      detail::check_tensor(on_gpu ? host : ctx, map, name + ".seq_to_row", {DType::kI32}, 1);
       detail::check_dim(map, name + ".seq_to_row", 0, S, "num_seqs");
     } else {
       check_arg(plan.table.num_rows == S, name + ".table has " + std::to_string(plan.table.num_rows) +
@@ -137,12 +182,20 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
     }
     for (std::int64_t s = 0; s < S; ++s) {
       const std::int64_t r = map.defined() ? map.data_as<const std::int32_t>()[s * map.stride(0)] : s;
-      check_arg(r >= -1 && r < plan.table.num_rows,
-                name + ".seq_to_row[" + std::to_string(s) + "] is " + std::to_string(r) +
-                    ", expected -1 or a row in [0, " + std::to_string(plan.table.num_rows) + ")");
+      check_arg(r >= -1 && r < plan.table.num_rows, [&] {
+        return name + ".seq_to_row[" + std::to_string(s) + "] is " + std::to_string(r) +
+            ", expected -1 or a row in [0, " + std::to_string(plan.table.num_rows) + ")";
+      });
       plan.seq_to_row[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(r);
       if (r >= 0) total[static_cast<std::size_t>(s)] += plan.table.row(r).kv_len;
     }
+  }
+
+  if (on_gpu) {
+#if PAGEDATTN_WITH_CUDA
+    run_on_gpu(ctx, base, levels, checked, plans);
+#endif
+    return;
   }
 
   // All checks passed: compute each level's partial state, then merge with the sinks.

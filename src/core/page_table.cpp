@@ -45,18 +45,28 @@ CsrPageTableData to_csr(const BlockTable& table, std::int64_t page_size) {
   check_arg(table.seq_lens.size(0) == n, "seq_lens has " + std::to_string(table.seq_lens.size(0)) +
                                              " entries, expected num_seqs = " + std::to_string(n));
   CsrPageTableData out;
+  out.indptr.reserve(static_cast<std::size_t>(n + 1));
   out.indptr.push_back(0);
+  out.last_page_len.reserve(static_cast<std::size_t>(n));
+  out.indices.reserve(static_cast<std::size_t>(n * max_pages));
+  // Raw strided reads: this runs over every page id of a batch, on the path of every decode
+  // that looks for shared prefixes.
+  const auto* bt = table.block_table.data_as<const std::int32_t>();
+  const auto* lens = table.seq_lens.data_as<const std::int32_t>();
+  const std::int64_t row_stride = table.block_table.stride(0), col_stride = table.block_table.stride(1);
   for (std::int64_t s = 0; s < n; ++s) {
-    const std::int64_t len = *static_cast<const std::int32_t*>(table.seq_lens.element_ptr({s}));
+    const std::int64_t len = lens[s * table.seq_lens.stride(0)];
     const std::int64_t pages = (len + page_size - 1) / page_size;
-    check_arg(len >= 0 && pages <= max_pages,
-              "seq_lens[" + std::to_string(s) + "] = " + std::to_string(len) +
-                  " does not fit in " + std::to_string(max_pages) + " pages of " +
-                  std::to_string(page_size));
+    check_arg(len >= 0 && pages <= max_pages, [&] {
+      return "seq_lens[" + std::to_string(s) + "] = " + std::to_string(len) + " does not fit in " +
+          std::to_string(max_pages) + " pages of " + std::to_string(page_size);
+    });
     for (std::int64_t j = 0; j < pages; ++j) {
-      const std::int32_t id = *static_cast<const std::int32_t*>(table.block_table.element_ptr({s, j}));
-      check_arg(id >= 0, "block_table[" + std::to_string(s) + ", " + std::to_string(j) +
-                             "] is " + std::to_string(id) + " but the sequence uses that page");
+      const std::int32_t id = bt[s * row_stride + j * col_stride];
+      check_arg(id >= 0, [&] {
+        return "block_table[" + std::to_string(s) + ", " + std::to_string(j) + "] is " + std::to_string(id) +
+            " but the sequence uses that page";
+      });
       out.indices.push_back(id);
     }
     check_arg(out.indices.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
@@ -85,8 +95,9 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
   out.num_seqs = n;
   for (std::int64_t s = 0; s < n; ++s) {
     const std::int64_t count = at(table.indptr, s + 1) - at(table.indptr, s);
-    check_arg(count >= 0 && at(table.indptr, s + 1) <= table.indices.size(0),
-              "indptr is decreasing or past the end of indices at " + std::to_string(s + 1));
+    check_arg(count >= 0 && at(table.indptr, s + 1) <= table.indices.size(0), [&] {
+      return "indptr is decreasing or past the end of indices at " + std::to_string(s + 1);
+    });
     out.max_pages = std::max(out.max_pages, count);
   }
   out.block_table.assign(static_cast<std::size_t>(n * out.max_pages), -1);

@@ -59,6 +59,9 @@ class PrefixFinder {
 
  private:
   std::int64_t num_pages(std::size_t s) const { return csr_.indptr[s + 1] - csr_.indptr[s]; }
+  const std::int32_t* row(std::int32_t s) const {
+    return csr_.indices.data() + csr_.indptr[static_cast<std::size_t>(s)];
+  }
   std::int32_t page(std::int32_t s, std::int64_t j) const {
     return csr_.indices[static_cast<std::size_t>(csr_.indptr[static_cast<std::size_t>(s)] + j)];
   }
@@ -71,12 +74,19 @@ class PrefixFinder {
   void visit(Group g, std::vector<Group>& work) {
     const std::int32_t lead = g.seqs.front();
     std::int64_t d = g.depth;
-    auto all_agree = [&](std::int64_t j) {
-      return std::all_of(g.seqs.begin(), g.seqs.end(),
-                         [&](std::int32_t s) { return full_[static_cast<std::size_t>(s)] > j && page(s, j) == page(lead, j); });
-    };
     if (g.seqs.size() >= 2) {
-      while (all_agree(d)) g.pending.push_back(page(lead, d++));
+      // The run every member shares: the shortest common stretch of full pages with the lead,
+      // found by contiguous scans (this walks every page of every sharing sequence).
+      std::int64_t end = full_[static_cast<std::size_t>(lead)];
+      const std::int32_t* lead_row = row(lead);
+      for (std::int32_t s : g.seqs) {
+        end = std::min(end, full_[static_cast<std::size_t>(s)]);
+        if (end <= d) break;
+        end = std::mismatch(lead_row + d, lead_row + end, row(s) + d).first - lead_row;
+      }
+      end = std::max(end, d);
+      g.pending.insert(g.pending.end(), lead_row + d, lead_row + end);
+      d = end;
     }
     if (pays(g.seqs.size(), g.pending.size())) {
       if (shared_.size() <= g.level) shared_.resize(g.level + 1);

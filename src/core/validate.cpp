@@ -160,9 +160,10 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
   PageTableAccess a;
   a.page_size = kv.page_size;
   auto check_page = [&](std::int64_t page, std::int64_t row, std::int64_t j) {
-    check_arg(page >= 0 && page < kv.num_pages,
-              n + ": page id " + str(page) + " (row " + str(row) + ", page " + str(j) +
-                  ") is out of range [0, " + str(kv.num_pages) + ")");
+    check_arg(page >= 0 && page < kv.num_pages, [&] {
+      return n + ": page id " + str(page) + " (row " + str(row) + ", page " + str(j) +
+          ") is out of range [0, " + str(kv.num_pages) + ")";
+    });
   };
   if (const auto* bt = std::get_if<BlockTable>(&table)) {
     check_tensor(where, bt->block_table, n + ".block_table", {DType::kI32}, 2);
@@ -181,10 +182,13 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
     const std::int64_t max_pages = bt->block_table.size(1);
     for (std::int64_t r = 0; r < a.num_rows; ++r) {
       const std::int64_t len = a.seq_lens[r * a.seq_lens_stride];
-      check_arg(len >= 0, n + ".seq_lens[" + str(r) + "] is " + str(len) + ", expected >= 0");
-      check_arg(len <= max_pages * kv.page_size,
-                n + ".seq_lens[" + str(r) + "] is " + str(len) + " but the table holds only " +
-                    str(max_pages) + " pages of " + str(kv.page_size) + " tokens");
+      check_arg(len >= 0, [&] {
+        return n + ".seq_lens[" + str(r) + "] is " + str(len) + ", expected >= 0";
+      });
+      check_arg(len <= max_pages * kv.page_size, [&] {
+        return n + ".seq_lens[" + str(r) + "] is " + str(len) + " but the table holds only " + str(max_pages) +
+            " pages of " + str(kv.page_size) + " tokens";
+      });
       const SeqPages row = a.row(r);
       for (std::int64_t j = 0; j * kv.page_size < len; ++j) check_page(row.page(j), r, j);
     }
@@ -207,15 +211,19 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
   check_arg(a.indptr[0] == 0, n + ".indptr[0] is " + str(a.indptr[0]) + ", expected 0");
   for (std::int64_t r = 0; r < a.num_rows; ++r) {
     const std::int64_t begin = a.indptr[r], end = a.indptr[r + 1];
-    check_arg(end >= begin, n + ".indptr is decreasing at " + str(r + 1));
-    check_arg(end <= csr.indices.size(0), n + ".indptr[" + str(r + 1) + "] = " + str(end) +
-                                              " exceeds indices length " +
-                                              str(csr.indices.size(0)));
+    check_arg(end >= begin, [&] {
+      return n + ".indptr is decreasing at " + str(r + 1);
+    });
+    check_arg(end <= csr.indices.size(0), [&] {
+      return n + ".indptr[" + str(r + 1) + "] = " + str(end) + " exceeds indices length " +
+          str(csr.indices.size(0));
+    });
     if (end > begin) {
       const std::int64_t last = a.last_page_len[r];
-      check_arg(last >= 1 && last <= kv.page_size,
-                n + ".last_page_len[" + str(r) + "] is " + str(last) + ", expected [1, " +
-                    str(kv.page_size) + "]");
+      check_arg(last >= 1 && last <= kv.page_size, [&] {
+        return n + ".last_page_len[" + str(r) + "] is " + str(last) + ", expected [1, " + str(kv.page_size) +
+            "]";
+      });
     }
     for (std::int64_t j = begin; j < end; ++j) check_page(a.indices[j], r, j - begin);
   }

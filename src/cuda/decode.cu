@@ -7,16 +7,12 @@
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_mma_launch.h"
 #include "cuda/kv_rows.h"
+#include "cuda/sm_count.h"
 
 namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
-int num_sms(int device) {
-  int n = 0;
-  check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "SM count");
-  return n;
-}
 
 // Which kernel runs a problem; the planner and the launch both use this one choice.
 struct KernelChoice {
@@ -136,7 +132,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     // Two CTAs per SM: longer splits, fewer merges. (The two-warp tensor-core GQA kernel fits
     // four per SM; aiming for four made d-long1 and d-ragged slower: shorter splits.)
     const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p).head_tiles;
-    const std::int64_t target = static_cast<std::int64_t>(num_sms(device)) * 2;
+    const std::int64_t target = static_cast<std::int64_t>(sm_count(device)) * 2;
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
     std::int64_t share = 0;
     if (units < target) {

@@ -22,6 +22,7 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int kPairsPerBlock = kThreads / kWarp;  // (row, head) pairs, one per warp
 constexpr std::int64_t kMaxBlocks = std::int64_t{1} << 20;  // the grid strides beyond this
+constexpr int kChunk = 8;  // states whose loads are in flight together
 
 struct MergeParams {
   StateSet sets[kMaxStateSets];
@@ -70,21 +71,36 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams prm) {
         for (int s = 0; s < prm.num_sets; ++s) {
           const StateSet& set = prm.sets[s];
           const int in_size = static_cast<int>(dtype_size(set.dtype));
-          for (std::int64_t i = 0; i < set.count; ++i) {
-            const float w = weight_of(lse_of(set, i, r, h), m);
-            if (w == 0.0f) continue;
-            const std::byte* v = set.v + (r * set.v_row_stride + i * set.v_state_stride + h * set.v_head_stride) * in_size;
-            float x[kRun] = {};
-            if (prm.vec) {
-              std::uint32_t bits[kRun];
-              load_run(v + d0 * in_size, in_size, bits);
+          // kChunk states at a time: their loads are all in flight before the first add.
+          for (std::int64_t i0 = 0; i0 < set.count; i0 += kChunk) {
+            float w[kChunk], x[kChunk][kRun];
 #pragma unroll
-              for (int j = 0; j < kRun; ++j) x[j] = decode_bits(set.dtype, bits[j]);
-            } else {
-              for (int j = 0; j < n; ++j) x[j] = load_as_float(v, set.dtype, d0 + j);
+            for (int c = 0; c < kChunk; ++c) {
+              const std::int64_t i = i0 + c;
+              w[c] = i < set.count ? weight_of(lse_of(set, i, r, h), m) : 0.0f;
+#pragma unroll
+              for (int j = 0; j < kRun; ++j) x[c][j] = 0.0f;
+              if (w[c] == 0.0f) continue;
+              const std::byte* v = set.v + (r * set.v_row_stride + i * set.v_state_stride + h * set.v_head_stride) * in_size;
+              if (prm.vec) {
+                std::uint32_t bits[kRun];
+                load_run(v + d0 * in_size, in_size, bits);
+#pragma unroll
+                for (int j = 0; j < kRun; ++j) x[c][j] = decode_bits(set.dtype, bits[j]);
+              } else {
+                // Unrolled with a predicate: a loop bound of n would put x in local memory.
+#pragma unroll
+                for (int j = 0; j < kRun; ++j) {
+                  if (j < n) x[c][j] = load_as_float(v, set.dtype, d0 + j);
+                }
+              }
             }
 #pragma unroll
-            for (int j = 0; j < kRun; ++j) acc[j] = __fadd_rn(acc[j], __fmul_rn(w, x[j]));
+            for (int c = 0; c < kChunk; ++c) {
+              if (w[c] == 0.0f) continue;  // empty or past the end: contributes nothing
+#pragma unroll
+              for (int j = 0; j < kRun; ++j) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[c], x[c][j]));
+            }
           }
         }
       }
@@ -94,7 +110,10 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams prm) {
       if (prm.vec) {
         store_run(o_row + d0 * out_size, out_size, bits);
       } else {
-        for (int j = 0; j < n; ++j) store_bits(o_row, out_size, d0 + j, bits[j]);
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          if (j < n) store_bits(o_row, out_size, d0 + j, bits[j]);
+        }
       }
     }
     if (out.lse != nullptr) {

@@ -20,6 +20,14 @@ namespace pagedattn::cuda {
 struct PrefillKernelParams {
   detail::AttentionProblem p;  // device pointers; p.qo_indptr on the device
   FastDiv page_div;            // by page_size
+  // Gathered queries (cascade levels): packed query i reads q token q_index[i] and writes that
+  // token of out and lse; null: token i.
+  const std::int32_t* q_index = nullptr;
+  // KV splits: grid.y is num_kv_heads * splits; split j attends keys [j, j + 1) * split_tokens
+  // (a multiple of the 64-key tile) and writes its partial state (no sinks) at out +
+  // j * out_split_stride and lse + j * lse_split_stride. split_tokens 0: one split.
+  std::int64_t split_tokens = 0;
+  std::int64_t out_split_stride = 0, lse_split_stride = 0;
 };
 
 constexpr int kPrefillThreads = 256;
@@ -48,8 +56,8 @@ struct PrefillSmem {
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches); kPlain: no soft-cap and no ALiBi (a smaller tile loop, which matters:
-// the loop does not fit the instruction cache otherwise). Grid: (packed row tile, KV head,
-// sequence).
+// the loop does not fit the instruction cache otherwise). Grid: (packed row tile, KV head +
+// num_kv_heads * split, sequence).
 template <class KV, class T, int kD, bool kPlain>
 __global__ void __launch_bounds__(kPrefillThreads)
     paged_prefill_mma_kernel(const __grid_constant__ PrefillKernelParams prm) {
@@ -67,13 +75,15 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
   const detail::AttentionProblem& p = prm.p;
   const std::int64_t s = blockIdx.z;
-  const int kv_head = static_cast<int>(blockIdx.y);
+  const int kv_head = static_cast<int>(blockIdx.y % p.num_kv_heads);
+  const auto split = static_cast<std::int64_t>(blockIdx.y / p.num_kv_heads);
   const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
   const std::int64_t q0 = p.q_begin(s), n_q = p.q_end(s) - q0;
   // Tiles run from the last rows (most keys under the causal mask) to the first.
   const std::int64_t tile = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;
   const std::int64_t row0 = tile * Smem::kRows;
   if (row0 >= n_q * group) return;
+  auto query_token = [&](std::int64_t i) -> std::int64_t { return prm.q_index ? prm.q_index[q0 + i] : q0 + i; };
   const detail::SeqPages pages = p.pages_of(s);
   const std::int64_t kv_len = pages.kv_len;
   // Query token i sits at key position first_pos + i.
@@ -98,9 +108,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
   // Keys the CTA needs: up to its last row's position (causal), from its first row's window.
   const std::int64_t last_tok = min(n_q - 1, (row0 + Smem::kRows - 1) / group);
   const std::int64_t first_tok = row0 / group;
-  const std::int64_t t_end = p.variant.causal ? min(kv_len, first_pos + last_tok + 1) : kv_len;
+  std::int64_t t_end = p.variant.causal ? min(kv_len, first_pos + last_tok + 1) : kv_len;
   std::int64_t t_begin = 0;
   if (p.variant.window_left >= 0) t_begin = max(std::int64_t{0}, first_pos + first_tok - p.variant.window_left);
+  if (prm.split_tokens > 0) {
+    t_begin = max(t_begin, split * prm.split_tokens);
+    t_end = min(t_end, (split + 1) * prm.split_tokens);
+  }
   // The warp's key limits: tiles outside [warp_lo, warp_hi) are skipped; tiles inside
   // [open_lo, open_hi) are seen whole by every live row of the warp and need no mask.
   std::int64_t warp_hi = -1, warp_lo = kv_len, open_hi = kv_len, open_lo = 0;
@@ -132,7 +146,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
       using Q = typename decltype(tag)::type;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const Q* q_row = reinterpret_cast<const Q*>(p.qo.q) + (q0 + (live[r] ? tok[r] : 0)) * p.qo.q_token_stride +
+        const Q* q_row = reinterpret_cast<const Q*>(p.qo.q) + query_token(live[r] ? tok[r] : 0) * p.qo.q_token_stride +
                          static_cast<std::int64_t>(live[r] ? head[r] : 0) * p.qo.q_head_stride;
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
@@ -325,20 +339,22 @@ __global__ void __launch_bounds__(kPrefillThreads)
     l[r] += __shfl_xor_sync(kAll, l[r], 2);
   }
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  std::byte* out = p.qo.out + split * prm.out_split_stride * out_size;
+  float* lse = p.qo.lse ? p.qo.lse + split * prm.lse_split_stride : nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!live[r]) continue;
     float M = m[r], L = l[r];
     const float scale_o = fold_sink(p, head[r], M, L);
     const float inv = L > 0.0f ? scale_o * v_scale / L : 0.0f;
-    const std::int64_t q_tok = q0 + tok[r];
-    std::byte* o_row = p.qo.out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
+    const std::int64_t q_tok = query_token(tok[r]);
+    std::byte* o_row = out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
       store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
       store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
     }
-    if (tig == 0 && p.qo.lse) p.qo.lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] = natural_lse(M, L);
+    if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] = natural_lse(M, L);
   }
 }
 

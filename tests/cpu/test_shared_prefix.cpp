@@ -1,6 +1,7 @@
 // find_shared_prefixes: the levels it lays out for known sharing patterns (none, partial,
 // nested, sharing that would end inside a page, runs that do not pay), and cascade_decode over
-// its layout against plain decode and the dense oracle on a cache with forks.
+// its layout against plain decode and the dense oracle on a cache with forks, and decode
+// running that cascade by itself.
 #include <cmath>
 #include <vector>
 
@@ -244,10 +245,22 @@ TEST(SharedPrefix, CascadeOverTheLayoutEqualsDecode) {
   c = compare_lse(read_values(lse.view), expected_lse, "cascade lse");
   EXPECT_TRUE(c.passed) << c.message;
 
-  HostTensor plain = HostTensor::make(DType::kF32, {S, Hq, D});
-  decode(Context::cpu(), q.view, cache.kv(), table.view(), AttentionParams{}, plain.view);
-  c = compare(read_values(plain.view), expected, tolerance_for(DType::kF32), "decode out");
-  EXPECT_TRUE(c.passed) << c.message;
+  // decode, plain and finding the layout by itself: the latter is the cascade, bit for bit.
+  for (const bool use_cascade : {false, true}) {
+    DecodeOptions options;
+    options.cascade = use_cascade;
+    options.cascade_min_saved_tokens = 0;
+    HostTensor dec = HostTensor::make(DType::kF32, {S, Hq, D}), dec_lse = HostTensor::make(DType::kF32, {S, Hq});
+    decode(Context::cpu(), q.view, cache.kv(), table.view(), AttentionParams{}, dec.view, dec_lse.view, options);
+    c = compare(read_values(dec.view), expected, tolerance_for(DType::kF32), "decode out");
+    EXPECT_TRUE(c.passed) << c.message;
+    c = compare_lse(read_values(dec_lse.view), expected_lse, "decode lse");
+    EXPECT_TRUE(c.passed) << c.message;
+    if (use_cascade) {
+      EXPECT_EQ(read_values(dec.view), read_values(out.view)) << "decode did not run as the cascade";
+      EXPECT_EQ(read_values(dec_lse.view), read_values(lse.view));
+    }
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 """Markdown table of pagedattn's CUDA records beside the competitor records of the same run:
 results_table.py PAGEDATTN_JSON COMPETITOR_JSON. Both files hold one JSON object a line.
 Decode records are rated in GB/s against the copy ceiling, prefill / append records in
-TFLOP/s against the matmul ceiling."""
+TFLOP/s against the matmul ceiling, cascade records by the distinct KV bytes against the copy
+ceiling and by their speed-up over plain decode (no competitor file)."""
 import json
 import sys
 
@@ -16,6 +17,8 @@ def main():
     ours, theirs = load(sys.argv[1]), load(sys.argv[2]) if len(sys.argv) > 2 else []
     if ours and "achieved_tflops" in ours[0]:
         return compute_table(ours, theirs)
+    if ours and ours[0]["op"] == "cascade":
+        return cascade_table(ours)
     best = {}
     for r in theirs:
         if "time_us_median" not in r:
@@ -51,6 +54,18 @@ def compute_table(ours, theirs):
                      if comp else "- | - | -")
         print(f"| {r['shape']} | {r['op']} | {r['page_size']} | {r['time_us_median']:.1f} | "
               f"{r['achieved_tflops']:.1f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |")
+
+
+def cascade_table(ours):
+    r0 = ours[0]
+    print(f"Device: {r0['device']}; copy ceiling {r0['ceiling_gbps']:.0f} GB/s; {r0['seq_lens_desc']}, "
+          f"heads {r0['num_q_heads']}/{r0['num_kv_heads']}, page {r0['page_size']}, {r0['cascade_levels']} shared level(s)")
+    print()
+    print("| variant | time µs (median) | min µs | distinct bytes GB/s | % of copy ceiling | speed-up vs plain |")
+    print("|---|---|---|---|---|---|")
+    for r in ours:
+        print(f"| {r['variant']} | {r['time_us_median']:.1f} | {r['time_us_min']:.1f} | {r['achieved_gbps']:.0f} | "
+              f"{100 * r['ratio_to_ceiling']:.1f} | {r['speedup_vs_plain']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 #   2. run the `cuda` tests and the `sanitizer` tests (compute-sanitizer memcheck, racecheck);
 #   3. run `pagedattn bench decode --device cuda` and bench/torch_sdpa_decode.py (PyTorch SDPA
 #      on a contiguous cache, the competitor), then `pagedattn bench prefill --device cuda` and
-#      bench/torch_sdpa_prefill.py (SDPA and flex_attention) in the same call;
+#      bench/torch_sdpa_prefill.py (SDPA and flex_attention) in the same call, and
+#      `pagedattn bench cascade --device cuda` (shared prefix: plain decode vs. the cascade);
 #   4. write the JSON records and a Markdown table to RESULTS_DIR (default: $OUT if set, else
 #      bench/results/local).
 # Build dependencies missing on the machine are taken from .deps/*.deb (tools/device/fetch_deps.sh).
@@ -65,5 +66,8 @@ if ((!skip_bench)); then
   PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_prefill.py --out "$RESULTS_DIR/prefill_torch.json" >/dev/null || status=1
   python3 tools/device/results_table.py "$RESULTS_DIR/prefill_cuda.json" "$RESULTS_DIR/prefill_torch.json" \
     | tee "$RESULTS_DIR/prefill.md"
+  log "cascade benchmark"
+  build-gpu/pagedattn bench cascade --device cuda --json --out "$RESULTS_DIR/cascade_cuda.json" >/dev/null || status=1
+  python3 tools/device/results_table.py "$RESULTS_DIR/cascade_cuda.json" | tee "$RESULTS_DIR/cascade.md"
 fi
 exit $status

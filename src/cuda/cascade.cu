@@ -1,0 +1,267 @@
+// Cascade decode on CUDA: the planner, two small set-up kernels, the level launches, the merge.
+#include <algorithm>
+#include <cub/block/block_scan.cuh>
+#include <string>
+
+#include "cuda/cascade.h"
+#include "cuda/cuda_check.h"
+#include "cuda/merge_states.h"
+#include "cuda/prefill.h"
+#include "cuda/sm_count.h"
+#include "pagedattn/error.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+constexpr int kSetupThreads = 256;
+constexpr int kGroupThreads = 1024;
+// A KV split shorter than this costs more in CTA start and merge than it gains in parallelism.
+constexpr std::int64_t kMinSplitTokens = 512;
+
+struct PositionsParams {
+  detail::PageTableAccess tables[kMaxCascadeLevels];
+  const std::int32_t* maps[kMaxCascadeLevels] = {};
+  int num_levels = 0;
+  std::int64_t num_seqs = 0;
+  std::int64_t* key_offset = nullptr;  // [num_levels, num_seqs]: position of the level's first key
+  std::int64_t* total = nullptr;       // [num_seqs]: keys over all levels
+  float* lse = nullptr;                // [num_seqs, lse_per_seq], set to -inf (empty states)
+  std::int64_t lse_per_seq = 0;
+};
+
+// Threads [0, num_seqs): a sequence's key offset at each level and its total length. All
+// threads: every partial state's LSE set to -inf (empty), since a gathered level writes only
+// its rows' users.
+__global__ void cascade_positions_kernel(const __grid_constant__ PositionsParams prm) {
+  const std::int64_t tid = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x;
+  const std::int64_t n_lse = prm.num_seqs * prm.lse_per_seq;
+  for (std::int64_t i = tid; i < n_lse; i += std::int64_t{gridDim.x} * blockDim.x) prm.lse[i] = detail::kNegInf;
+  if (tid >= prm.num_seqs) return;
+  const std::int64_t s = tid;
+  std::int64_t pos = 0;
+  for (int l = 0; l < prm.num_levels; ++l) {
+    prm.key_offset[l * prm.num_seqs + s] = pos;
+    const std::int64_t r = prm.maps[l] ? prm.maps[l][s] : s;
+    if (r >= 0) pos += prm.tables[l].row(r).kv_len;
+  }
+  prm.total[s] = pos;
+}
+
+// One CTA: the users of each row, as a CSR (indptr [rows + 1]) over `order` [num_seqs]. The
+// order within a row is whatever the atomics give; each query's result does not depend on it.
+__global__ void __launch_bounds__(kGroupThreads)
+    group_by_row_kernel(const std::int32_t* seq_to_row, std::int64_t num_seqs, std::int64_t rows,
+                        std::int32_t* indptr, std::int32_t* cursor, std::int32_t* order) {
+  using Scan = cub::BlockScan<std::int32_t, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ std::int32_t carry;
+  for (std::int64_t r = threadIdx.x; r < rows; r += kGroupThreads) cursor[r] = 0;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (std::int64_t s = threadIdx.x; s < num_seqs; s += kGroupThreads) {
+    const std::int32_t r = seq_to_row[s];
+    if (r >= 0) atomicAdd(&cursor[r], 1);
+  }
+  __syncthreads();
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kGroupThreads) {
+    const std::int64_t r = r0 + threadIdx.x;
+    const std::int32_t count = r < rows ? cursor[r] : 0;
+    std::int32_t before = 0, chunk_total = 0;
+    Scan(scan_storage).ExclusiveSum(count, before, chunk_total);
+    if (r < rows) indptr[r] = cursor[r] = carry + before;
+    __syncthreads();  // every thread has read carry
+    if (threadIdx.x == 0) carry += chunk_total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) indptr[rows] = carry;
+  __syncthreads();
+  for (std::int64_t s = threadIdx.x; s < num_seqs; s += kGroupThreads) {
+    const std::int32_t r = seq_to_row[s];
+    if (r >= 0) order[atomicAdd(&cursor[r], 1)] = static_cast<std::int32_t>(s);
+  }
+}
+
+std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
+
+bool positional(const detail::AttentionProblem& p) {
+  return p.variant.alibi_slopes != nullptr || p.variant.window_left >= 0;
+}
+
+}  // namespace
+
+CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector<CascadeLevelDesc>& levels,
+                         int device) {
+  check_supported(levels.size() <= kMaxCascadeLevels,
+                  "cascade_decode on CUDA supports at most " + std::to_string(kMaxCascadeLevels) +
+                      " levels, got " + std::to_string(levels.size()));
+  const std::int64_t S = base.num_seqs, Hq = base.num_q_heads, D = base.head_dim;
+  const std::int64_t sms = sm_count(device);
+  CascadePlan plan;
+  std::size_t bytes = 0;
+  auto reserve = [&bytes](std::size_t n) {
+    const std::size_t at = bytes;
+    bytes += align_up(n);
+    return at;
+  };
+  std::size_t decode_bytes = 0;
+  for (const CascadeLevelDesc& level : levels) {
+    CascadeLevelPlan lp;
+    lp.state = plan.num_states;
+    std::int64_t max_len = 0;
+    for (std::int64_t len : level.seq_lens) max_len = std::max(max_len, len);
+    detail::AttentionProblem p = base;
+    p.table = level.table;
+    p.seq_to_row = level.seq_to_row;
+    p.variant.sinks = nullptr;
+    lp.shared = level.max_users >= 2 && !positional(base) && prefill_unsupported(p).empty() &&
+                level.table.num_rows <= 65535;
+    if (lp.shared) {
+      constexpr std::int64_t kRowsPerCta = 128;
+      const std::int64_t tiles = (level.max_users * base.group_size() + kRowsPerCta - 1) / kRowsPerCta;
+      const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
+      // One wave of one CTA per SM (the kernel's registers allow no second): measured on the
+      // cascade benchmark, two or three per SM (two or three waves) were 20% and 40% slower.
+      std::int64_t splits = std::max<std::int64_t>(1, sms / std::max<std::int64_t>(1, ctas));
+      splits = std::min(splits, std::max<std::int64_t>(1, max_len / kMinSplitTokens));
+      const std::int64_t tile = prefill_tile_keys();
+      lp.split_tokens = ((max_len + splits - 1) / splits + tile - 1) / tile * tile;
+      lp.splits = lp.split_tokens == 0 ? 1 : std::max<std::int64_t>(1, (max_len + lp.split_tokens - 1) / lp.split_tokens);
+      if (lp.splits == 1) lp.split_tokens = 0;
+      lp.groups_offset = reserve(static_cast<std::size_t>(2 * level.table.num_rows + 1 + S) * sizeof(std::int32_t));
+      plan.num_states += lp.splits;
+    } else {
+      lp.decode = plan_decode(p, level.seq_lens.data(), DecodeOptions{}, device);
+      decode_bytes = std::max(decode_bytes, lp.decode.workspace_bytes);
+      plan.num_states += 1;
+    }
+    plan.levels.push_back(lp);
+  }
+  plan.states_offset = reserve(static_cast<std::size_t>(S * plan.num_states * Hq * D) * sizeof(float));
+  plan.lse_offset = reserve(static_cast<std::size_t>(S * plan.num_states * Hq) * sizeof(float));
+  plan.positions_offset = reserve(static_cast<std::size_t>((static_cast<std::int64_t>(levels.size()) + 1) * S) *
+                                  sizeof(std::int64_t));
+  plan.zero_offset = reserve(static_cast<std::size_t>(D) * sizeof(float));
+  plan.decode_offset = reserve(decode_bytes);
+  plan.workspace_bytes = bytes;
+  return plan;
+}
+
+void cascade_decode(const detail::AttentionProblem& base, const std::vector<CascadeLevelDesc>& levels,
+                    const CascadePlan& plan, void* workspace, std::size_t workspace_bytes, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const std::int64_t S = base.num_seqs, Hq = base.num_q_heads, D = base.head_dim;
+  if (S == 0) return;
+  check_supported(S <= 65535, "cascade_decode on CUDA supports at most 65535 sequences per call, got " +
+                                  std::to_string(S));
+  void* owned = nullptr;
+  if (workspace == nullptr) {
+    check_cuda(cudaMallocAsync(&owned, plan.workspace_bytes, stream), "cascade_decode workspace");
+    workspace = owned;
+  } else {
+    check_arg(workspace_bytes >= plan.workspace_bytes,
+              "ctx.workspace has " + std::to_string(workspace_bytes) + " bytes, cascade_decode needs " +
+                  std::to_string(plan.workspace_bytes));
+  }
+  auto* ws = static_cast<unsigned char*>(workspace);
+  auto* states = reinterpret_cast<float*>(ws + plan.states_offset);
+  auto* states_lse = reinterpret_cast<float*>(ws + plan.lse_offset);
+  auto* key_offset = reinterpret_cast<std::int64_t*>(ws + plan.positions_offset);
+  std::int64_t* total = key_offset + static_cast<std::int64_t>(levels.size()) * S;
+  const std::int64_t n_states = plan.num_states;
+
+  PositionsParams pos;
+  pos.num_levels = static_cast<int>(levels.size());
+  pos.num_seqs = S;
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    pos.tables[l] = levels[l].table;
+    pos.maps[l] = levels[l].seq_to_row;
+  }
+  pos.key_offset = key_offset;
+  pos.total = total;
+  pos.lse = states_lse;
+  pos.lse_per_seq = n_states * Hq;
+  const std::int64_t setup_threads = std::max(S, std::min<std::int64_t>(S * pos.lse_per_seq, std::int64_t{1} << 20));
+  cascade_positions_kernel<<<static_cast<unsigned>((setup_threads + kSetupThreads - 1) / kSetupThreads),
+                             kSetupThreads, 0, stream>>>(pos);
+  check_launch("cascade_positions_kernel", stream);
+
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    const CascadeLevelDesc& level = levels[l];
+    const CascadeLevelPlan& lp = plan.levels[l];
+    detail::AttentionProblem p = base;
+    p.table = level.table;
+    p.variant.sinks = nullptr;  // the sinks enter once, in the final merge
+    p.variant.causal = false;
+    p.qo.out = reinterpret_cast<std::byte*>(states + lp.state * Hq * D);
+    p.qo.out_dtype = DType::kF32;
+    p.qo.out_token_stride = n_states * Hq * D;
+    p.qo.out_head_stride = D;
+    p.qo.lse = states_lse + lp.state * Hq;
+    p.qo.lse_token_stride = n_states * Hq;
+    p.qo.lse_head_stride = 1;
+    if (lp.shared) {
+      // Rows become the prefill's sequences; their users' queries are gathered by `order`.
+      const std::int64_t rows = level.table.num_rows;
+      auto* indptr = reinterpret_cast<std::int32_t*>(ws + lp.groups_offset);
+      std::int32_t* cursor = indptr + rows + 1;
+      std::int32_t* order = cursor + rows;
+      group_by_row_kernel<<<1, kGroupThreads, 0, stream>>>(level.seq_to_row, S, rows, indptr, cursor, order);
+      check_launch("group_by_row_kernel", stream);
+      p.num_seqs = rows;
+      p.qo_indptr = indptr;
+      p.seq_to_row = nullptr;
+      p.key_pos_offset = nullptr;
+      p.query_pos_end = nullptr;
+      PrefillSplit split;
+      split.q_index = order;
+      split.splits = lp.splits;
+      split.split_tokens = lp.split_tokens;
+      split.out_split_stride = Hq * D;
+      split.lse_split_stride = Hq;
+      prefill(p, level.max_users, stream, split);
+    } else {
+      p.seq_to_row = level.seq_to_row;
+      p.key_pos_offset = key_offset + static_cast<std::int64_t>(l) * S;
+      p.query_pos_end = total;
+      decode(p, lp.decode, lp.decode.workspace_bytes > 0 ? ws + plan.decode_offset : nullptr,
+             lp.decode.workspace_bytes, stream);
+    }
+  }
+
+  StateSet sets[2];
+  sets[0].v = reinterpret_cast<const std::byte*>(states);
+  sets[0].dtype = DType::kF32;
+  sets[0].v_row_stride = n_states * Hq * D;
+  sets[0].v_state_stride = Hq * D;
+  sets[0].v_head_stride = D;
+  sets[0].lse = states_lse;
+  sets[0].lse_row_stride = n_states * Hq;
+  sets[0].lse_state_stride = Hq;
+  sets[0].lse_head_stride = 1;
+  sets[0].count = n_states;
+  int num_sets = 1;
+  if (base.variant.sinks != nullptr) {
+    // A sink is one more state: LSE = its logit, value 0.
+    auto* zero = reinterpret_cast<float*>(ws + plan.zero_offset);
+    check_cuda(cudaMemsetAsync(zero, 0, static_cast<std::size_t>(D) * sizeof(float), stream), "cascade zero state");
+    sets[1].v = reinterpret_cast<const std::byte*>(zero);
+    sets[1].dtype = DType::kF32;
+    sets[1].lse = base.variant.sinks;
+    sets[1].lse_head_stride = 1;
+    sets[1].count = 1;
+    num_sets = 2;
+  }
+  StateOut out;
+  out.v = base.qo.out;
+  out.dtype = base.qo.out_dtype;
+  out.v_row_stride = base.qo.out_token_stride;
+  out.v_head_stride = base.qo.out_head_stride;
+  out.lse = base.qo.lse;
+  out.lse_row_stride = base.qo.lse_token_stride;
+  out.lse_head_stride = base.qo.lse_head_stride;
+  merge_states(sets, num_sets, out, S, Hq, D, stream);
+  if (owned) check_cuda(cudaFreeAsync(owned, stream), "cascade_decode workspace free");
+}
+
+}  // namespace pagedattn::cuda

@@ -1,0 +1,77 @@
+// Decode as a cascade over a layout found on the host: upload the layout, then run it.
+#include <algorithm>
+
+#include "cuda/cascade.h"
+#include "cuda/cuda_check.h"
+
+namespace pagedattn::cuda {
+
+bool stream_is_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status), "stream capture status");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout& layout, int device,
+                       void* workspace, std::size_t workspace_bytes, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const std::int64_t S = base.num_seqs, P = base.kv.page_size;
+  // Every level's indptr, indices, last_page_len and seq_to_row, back to back in one upload;
+  // the descriptors hold offsets into it until the workspace is known.
+  std::vector<std::int32_t> packed;
+  struct Offsets { std::size_t indptr, indices, last, map; };
+  std::vector<Offsets> at;
+  std::vector<CascadeLevelDesc> descs(layout.levels.size());
+  for (std::size_t l = 0; l < layout.levels.size(); ++l) {
+    const CascadeLayout::Level& level = layout.levels[l];
+    const CsrPageTableData& t = level.table;
+    Offsets o{};
+    auto append = [&packed](const std::vector<std::int32_t>& v) {
+      const std::size_t off = packed.size();
+      packed.insert(packed.end(), v.begin(), v.end());
+      return off;
+    };
+    o.indptr = append(t.indptr);
+    o.indices = append(t.indices);
+    o.last = append(t.last_page_len);
+    o.map = append(level.seq_to_row);
+    at.push_back(o);
+    CascadeLevelDesc& d = descs[l];
+    d.table.num_rows = static_cast<std::int64_t>(t.last_page_len.size());
+    d.table.page_size = P;
+    d.seq_lens.assign(static_cast<std::size_t>(S), 0);
+    std::vector<std::int64_t> users(static_cast<std::size_t>(d.table.num_rows), 0);
+    for (std::int64_t s = 0; s < S; ++s) {
+      const std::int32_t r = level.seq_to_row[static_cast<std::size_t>(s)];
+      if (r < 0) continue;
+      const auto ru = static_cast<std::size_t>(r);
+      const std::int64_t pages = t.indptr[ru + 1] - t.indptr[ru];
+      d.seq_lens[static_cast<std::size_t>(s)] = pages == 0 ? 0 : (pages - 1) * P + t.last_page_len[ru];
+      d.max_users = std::max(d.max_users, ++users[ru]);
+    }
+  }
+  const CascadePlan plan = plan_cascade(base, descs, device);
+  const std::size_t upload_bytes = packed.size() * sizeof(std::int32_t);
+  const std::size_t total = plan.workspace_bytes + upload_bytes;
+  void* owned = nullptr;
+  if (workspace == nullptr) {
+    check_cuda(cudaMallocAsync(&owned, total, stream), "decode cascade workspace");
+    workspace = owned;
+  } else if (workspace_bytes < total) {
+    return false;
+  }
+  auto* uploaded = reinterpret_cast<std::int32_t*>(static_cast<unsigned char*>(workspace) + plan.workspace_bytes);
+  check_cuda(cudaMemcpyAsync(uploaded, packed.data(), upload_bytes, cudaMemcpyHostToDevice, stream),
+             "decode cascade layout upload");
+  for (std::size_t l = 0; l < descs.size(); ++l) {
+    descs[l].table.indptr = uploaded + at[l].indptr;
+    descs[l].table.indices = uploaded + at[l].indices;
+    descs[l].table.last_page_len = uploaded + at[l].last;
+    descs[l].seq_to_row = uploaded + at[l].map;
+  }
+  cascade_decode(base, descs, plan, workspace, plan.workspace_bytes, stream);
+  if (owned) check_cuda(cudaFreeAsync(owned, stream), "decode cascade workspace free");
+  return true;
+}
+
+}  // namespace pagedattn::cuda

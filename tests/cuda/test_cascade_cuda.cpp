@@ -1,0 +1,310 @@
+// CUDA cascade: cascade_decode over the levels find_shared_prefixes lays out, and decode finding
+// them by itself, against the CPU reference on a cache where sequences share leading pages
+// (forks, nested forks, a fork sharing only part of a page): every layout, both page-table
+// formats, KV dtypes, head dims (the gathered-query path and the decode fall-back), page sizes,
+// group sizes and variants; bad input rejected with nothing written; captured graphs replayed.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "device_buffer.h"
+#include "expect_error.h"
+#include "paged_problem.h"
+#include "test_name.h"
+#include "pagedattn/error.h"
+#include "pagedattn/ops.h"
+#include "pagedattn/shared_prefix.h"
+
+namespace pagedattn {
+namespace {
+
+using test::DeviceBuffer;
+using test::DeviceProblem;
+using test::HostProblem;
+
+// Sequence `to` takes sequence `from`'s pages [0, tokens / page_size).
+struct Share {
+  std::size_t from, to;
+  std::int64_t tokens;
+};
+
+struct Case : test::ProblemSpec {
+  std::vector<Share> shares;
+};
+
+// Seven sequences: 1-3 fork 0 after 640 tokens, 2 forks 1 again after 960 (nested), 6 shares
+// 4's first page and a half (the half page stays its own), 5 is empty.
+Case forked() {
+  Case c;
+  c.lens = {1100, 1200, 1030, 700, 41, 0, 1500};
+  c.shares = {{0, 1, 640}, {0, 2, 640}, {0, 3, 640}, {1, 2, 960}, {4, 6, 24}};
+  return c;
+}
+
+std::string name_of(const Case& c) { return test::gtest_name(test::spec_name(c)); }
+
+// Rewrites the host tables so the shares hold. The pages a sequence gives up keep valid data.
+void apply_shares(const Case& c, HostProblem& h) {
+  const std::int64_t P = c.page_size, W = h.bt.max_pages;
+  for (const Share& s : c.shares) {
+    for (std::int64_t j = 0; j < s.tokens / P; ++j) {
+      h.bt.block_table[s.to * W + j] = h.bt.block_table[s.from * W + j];
+    }
+  }
+  if (c.csr) h.csr = to_csr(h.bt.view(), P);
+}
+
+// Device copies of a host cascade layout's levels.
+struct DeviceLevels {
+  std::vector<test::Mirrored> buffers;
+  std::vector<CascadeLevel> levels;
+};
+DeviceLevels to_device(const std::vector<CascadeLevel>& host) {
+  DeviceLevels d;
+  d.buffers.reserve(host.size() * 4);
+  for (const CascadeLevel& level : host) {
+    const auto& t = std::get<CsrPageTable>(level.table);
+    for (const TensorView* v : {&t.indptr, &t.indices, &t.last_page_len, &level.seq_to_row}) {
+      d.buffers.push_back(test::mirror(*v));
+    }
+    const std::size_t b = d.buffers.size() - 4;
+    d.levels.push_back({CsrPageTable{d.buffers[b].view, d.buffers[b + 1].view, d.buffers[b + 2].view},
+                        d.buffers[b + 3].view});
+  }
+  return d;
+}
+
+Context reference() {
+  Context ref = Context::cpu();
+  ref.implementation = Implementation::kReference;
+  return ref;
+}
+
+class CudaCascade : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaCascade, MatchesReference) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  HostProblem h = test::build(c, 42);
+  apply_shares(c, h);
+  const AttentionParams host_params = test::params_of(c, h);
+  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
+  const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * dtype_size(c.q);
+  const PageTable host_table = h.table();
+
+  std::vector<std::byte> want(out_bytes);
+  std::vector<float> want_lse(static_cast<std::size_t>(S * Hq));
+  decode(reference(), h.q_view, h.cache, host_table, host_params, TensorView(want.data(), c.q, {S, Hq, D}),
+         TensorView(want_lse.data(), DType::kF32, {S, Hq}));
+
+  CascadeLayout layout = find_shared_prefixes(host_table, c.page_size, SharedPrefixOptions{0});
+  ASSERT_GE(layout.shared_levels(), 1) << "the case shares prefixes";
+  const std::vector<CascadeLevel> host_levels = layout.views();
+  DeviceLevels dev_levels = to_device(host_levels);
+
+  DeviceProblem d = test::to_device(h, host_params);
+  const Device gpu = Device::cuda(0);
+  DeviceBuffer out(out_bytes), lse(want_lse.size() * sizeof(float));
+  const TensorView out_view(out.get(), c.q, {S, Hq, D}, gpu), lse_view(lse.get(), DType::kF32, {S, Hq}, gpu);
+  auto check = [&](const char* what) {
+    test::cuda_ok(cudaDeviceSynchronize(), what);
+    std::vector<float> got_lse(want_lse.size());
+    lse.download(got_lse.data());
+    test::expect_close(test::to_floats(out.snapshot(), c.q), test::to_floats(want, c.q), test::tolerance(c.q), what);
+    test::expect_close(got_lse, want_lse, 1e-3, what);
+  };
+  auto poison = [&] {  // NaN: every element must be written
+    test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
+    test::cuda_ok(cudaMemset(lse.get(), 0xff, lse.bytes()), "poison");
+  };
+  const Context ctx{gpu};
+
+  poison();
+  cascade_decode(ctx, d.q.view, d.cache, dev_levels.levels, d.params, out_view, lse_view,
+                 CascadeOptions{host_levels});
+  check("cascade_decode");
+  const std::vector<std::byte> cascade_out = out.snapshot();
+
+  for (const bool use_cascade : {true, false}) {
+    poison();
+    DecodeOptions options;
+    options.host_table = &host_table;
+    options.cascade = use_cascade;
+    options.cascade_min_saved_tokens = 0;
+    decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, lse_view, options);
+    check(use_cascade ? "decode finding the cascade" : "plain decode");
+    // The same plan on the same data: bit for bit the explicit cascade. Variants that depend on
+    // positions keep decode plain.
+    if (use_cascade && !c.alibi && c.window < 0) {
+      EXPECT_EQ(out.snapshot(), cascade_out) << "decode did not run as the cascade";
+    }
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto add = [&out](auto&& edit) {
+    Case c = forked();
+    edit(c);
+    out.push_back(c);
+  };
+  add([](Case&) {});
+  add([](Case& c) { c.layout = KVLayout::kHND; });
+  add([](Case& c) { c.csr = true; });
+  add([](Case& c) { c.layout = KVLayout::kVllmSplit; });  // levels run as decodes
+  add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF16; });
+  add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF8E4M3; });
+  add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF8E5M2; c.per_head_scales = true; });
+  add([](Case& c) { c.kv = DType::kF8E4M3; });  // bf16 q: fp8 decodes, no gathered path
+  add([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; });
+  add([](Case& c) { c.head_dim = 64; });
+  add([](Case& c) { c.head_dim = 80; });
+  add([](Case& c) { c.num_q_heads = 4; c.num_kv_heads = 4; });
+  add([](Case& c) { c.num_q_heads = 40; c.num_kv_heads = 2; });  // 7 users x 20 heads: 2 row tiles
+  add([](Case& c) { c.soft_cap = 5.0f; });
+  add([](Case& c) { c.sinks = true; });
+  add([](Case& c) { c.alibi = true; });  // positions matter: levels run as decodes
+  add([](Case& c) { c.window = 700; });
+  add([](Case& c) { c.page_size = 1; });
+  add([](Case& c) {
+    c.page_size = 3;
+    c.shares = {{0, 1, 639}, {0, 2, 639}, {0, 3, 639}, {1, 2, 960}, {4, 6, 24}};
+  });
+  add([](Case& c) { c.page_size = 32; });
+  // Many users of one long prefix: the gathered path splits the KV over the GPU.
+  add([](Case& c) {
+    c.lens.assign(24, 0);
+    c.shares.clear();
+    for (std::size_t s = 0; s < c.lens.size(); ++s) {
+      c.lens[s] = 4096 + 37 * static_cast<std::int64_t>(s);
+      if (s > 0) c.shares.push_back({0, s, 4096});
+    }
+  });
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaCascade, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return std::to_string(info.index) + "_" + name_of(info.param); });
+
+TEST(CudaCascadeErrors, RejectsBadInputAndWritesNothing) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c = forked();
+  HostProblem h = test::build(c, 5);
+  apply_shares(c, h);
+  const AttentionParams host_params = test::params_of(c, h);
+  DeviceProblem d = test::to_device(h, host_params);
+  const std::int64_t S = static_cast<std::int64_t>(c.lens.size());
+  CascadeLayout layout = find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0});
+  std::vector<CascadeLevel> host_levels = layout.views();
+  DeviceLevels dev = to_device(host_levels);
+  DeviceBuffer out(static_cast<std::size_t>(S * c.num_q_heads * c.head_dim) * 2);
+  test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
+  const auto before = out.snapshot();
+  const TensorView out_view(out.get(), c.q, {S, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  auto expect_rejected = [&](std::span<const CascadeLevel> levels, const CascadeOptions& options, const char* needle) {
+    test::expect_error_then_sync([&] {
+      cascade_decode(Context{Device::cuda(0)}, d.q.view, d.cache, levels, d.params, out_view, {}, options);
+    }, needle);
+    EXPECT_EQ(out.snapshot(), before) << needle;
+  };
+  expect_rejected(dev.levels, CascadeOptions{}, "host_levels is required");
+  // The host copy names a page outside the cache.
+  layout.levels[0].table.indices[0] = static_cast<std::int32_t>(h.spec.num_pages);
+  expect_rejected(dev.levels, CascadeOptions{layout.views()}, "out of range");
+  layout.levels[0].table.indices[0] = 0;
+  // A host map the device level lacks.
+  std::vector<CascadeLevel> no_map = dev.levels;
+  no_map[0].seq_to_row = {};
+  expect_rejected(no_map, CascadeOptions{host_levels}, "both given or both absent");
+  // Host levels on the device.
+  expect_rejected(dev.levels, CascadeOptions{dev.levels}, "but the op runs on");
+}
+
+// A cascade_decode captured once replays correctly after the row maps, the rows' pages and
+// the lengths change within the plan's bounds (all read on the device). A decode captured
+// while sharing is present runs plain (the sharing of a replay is unknown) and stays correct
+// after the sharing changes.
+TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c = forked();
+  HostProblem h = test::build(c, 11);
+  apply_shares(c, h);
+  const AttentionParams host_params = test::params_of(c, h);
+  DeviceProblem d = test::to_device(h, host_params);
+  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
+  const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * 2;
+  CascadeLayout layout = find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0});
+  std::vector<CascadeLevel> host_levels = layout.views();
+  DeviceLevels dev = to_device(host_levels);
+  DeviceBuffer out(out_bytes), workspace(64 << 20);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreate(&stream), "stream");
+  Context ctx{Device::cuda(0), stream};
+  ctx.workspace = {static_cast<std::byte*>(workspace.get()), workspace.bytes()};
+  const TensorView out_view(out.get(), DType::kBF16, {S, Hq, D}, Device::cuda(0));
+  auto capture = [&](auto&& call) {
+    cudaGraph_t graph;
+    test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+    call();
+    test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec;
+    test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaGraphDestroy(graph);
+    return exec;
+  };
+  // Replays `exec` and compares with `reference_op` writing the expected output.
+  auto replay = [&](cudaGraphExec_t exec, auto&& reference_op, const char* what) {
+    test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
+    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    std::vector<std::byte> want(out_bytes);
+    reference_op(TensorView(want.data(), DType::kBF16, {S, Hq, D}));
+    test::expect_close(test::to_floats(out.snapshot(), DType::kBF16), test::to_floats(want, DType::kBF16),
+                       test::tolerance(DType::kBF16), what);
+  };
+  auto cascade_reference = [&](const TensorView& want) {
+    cascade_decode(reference(), h.q_view, h.cache, layout.views(), host_params, want);
+  };
+  auto upload = [](const test::Mirrored& m, const std::vector<std::int32_t>& v) {
+    test::cuda_ok(cudaMemcpy(m.buffer.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
+  };
+
+  cudaGraphExec_t exec = capture([&] {
+    cascade_decode(ctx, d.q.view, d.cache, dev.levels, d.params, out_view, {}, CascadeOptions{host_levels});
+  });
+  replay(exec, cascade_reference, "as captured");
+  // Sequence 3 leaves the outer shared row (-1), sequence 1's own row gets shorter, and the
+  // outer shared row's first page becomes another page of the cache.
+  CascadeLayout::Level& outer = layout.levels[0];
+  CascadeLayout::Level& own = layout.levels.back();
+  outer.seq_to_row[3] = -1;
+  own.table.last_page_len[static_cast<std::size_t>(own.seq_to_row[1])] = 1;
+  std::swap(outer.table.indices[0], outer.table.indices[1]);
+  upload(dev.buffers[3], outer.seq_to_row);
+  upload(dev.buffers[1], outer.table.indices);
+  upload(dev.buffers[dev.buffers.size() - 2], own.table.last_page_len);
+  replay(exec, cascade_reference, "new rows and lengths");
+  cudaGraphExecDestroy(exec);
+
+  const PageTable host_table = h.table();
+  DecodeOptions options;
+  options.host_table = &host_table;
+  options.cascade_min_saved_tokens = 0;
+  exec = capture([&] { decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, options); });
+  auto decode_reference = [&](const TensorView& want) {
+    decode(reference(), h.q_view, h.cache, h.bt.view(), host_params, want);
+  };
+  replay(exec, decode_reference, "decode as captured");
+  // Sequence 2 stops sharing sequence 0's first page (it takes a full page of sequence 4's): a
+  // cascade baked into the graph would attend the wrong page.
+  const std::int64_t W = h.bt.max_pages;
+  h.bt.block_table[static_cast<std::size_t>(2 * W)] = h.bt.block_table[static_cast<std::size_t>(4 * W + 1)];
+  upload(d.a, h.bt.block_table);
+  replay(exec, decode_reference, "decode after the sharing changed");
+  cudaGraphExecDestroy(exec);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace pagedattn
