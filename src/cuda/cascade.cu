@@ -117,8 +117,8 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
     lp.shared = level.max_users >= 2 && !positional(base) && prefill_unsupported(p).empty() &&
                 level.table.num_rows <= 65535;
     if (lp.shared) {
-      constexpr std::int64_t kRowsPerCta = 128;
-      const std::int64_t tiles = (level.max_users * base.group_size() + kRowsPerCta - 1) / kRowsPerCta;
+      const std::int64_t rows = prefill_rows_per_cta();
+      const std::int64_t tiles = (level.max_users * base.group_size() + rows - 1) / rows;
       const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
       // One wave of one CTA per SM (the kernel's registers allow no second): measured on the
       // cascade benchmark, two or three per SM (two or three waves) were 20% and 40% slower.

@@ -36,6 +36,7 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 }
 
 std::int64_t prefill_tile_keys() { return PrefillSmem<__nv_bfloat16, 128>::kKeys; }
+std::int64_t prefill_rows_per_cta() { return PrefillSmem<__nv_bfloat16, 128>::kRows; }
 
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr, const PrefillSplit& split) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
@@ -52,8 +53,8 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
   prm.split_tokens = split.splits > 1 ? split.split_tokens : 0;
   prm.out_split_stride = split.out_split_stride;
   prm.lse_split_stride = split.lse_split_stride;
-  constexpr std::int64_t kRows = kPrefillThreads / 32 * 16;
-  const std::int64_t tiles = (max_q * p.group_size() + kRows - 1) / kRows;
+  const std::int64_t rows = prefill_rows_per_cta();
+  const std::int64_t tiles = (max_q * p.group_size() + rows - 1) / rows;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads * split.splits),
                   static_cast<unsigned>(p.num_seqs));
   const int d = static_cast<int>(p.head_dim);

@@ -22,6 +22,8 @@ struct PrefillSplit {
 
 // Keys per K/V tile: split boundaries fall on multiples of it.
 std::int64_t prefill_tile_keys();
+// Packed query rows (query token x group + head) per CTA.
+std::int64_t prefill_rows_per_cta();
 
 // p holds device pointers (p.qo_indptr included); max_q: the most queries of one sequence,
 // from the host copy of qo_indptr. Throws kUnsupported for problems the kernel does not cover.
