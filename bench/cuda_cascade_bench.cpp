@@ -104,28 +104,26 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
   record("decode_plain", time_captured(stream, [&] {
     decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, plain);
   }, config.warmup, config.iterations));
-  record("decode_plain_calls", time_calls(stream, [&] {
-    decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, plain);
-  }, config.warmup, config.iterations));
+  // Host time of one call on an idle stream (checks, search, plan, launches).
+  auto host_time = [&](auto&& call) {
+    std::vector<double> us;
+    for (int i = 0; i < config.iterations; ++i) {
+      ok(cudaStreamSynchronize(stream), "sync");
+      const auto t0 = std::chrono::steady_clock::now();
+      call();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return median(us);
+  };
+  auto plain_call = [&] { decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, plain); };
+  record("decode_plain_calls", time_calls(stream, plain_call, config.warmup, config.iterations));
+  records.back()["host_us_median"] = host_time(plain_call);
   if (progress) progress("cascade: decode finding it");
   const DecodeOptions automatic{DecodeVariant::kAuto, 0, &host_table};
   auto auto_call = [&] { decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, automatic); };
   record("decode_auto_cascade", time_calls(stream, auto_call, config.warmup, config.iterations));
-  // Host time of one call on an idle stream (the checks, the search, the plan, the launches),
-  // and of the search alone.
-  std::vector<double> host_us, search_us;
-  for (int i = 0; i < config.iterations; ++i) {
-    ok(cudaStreamSynchronize(stream), "sync");
-    const auto t0 = std::chrono::steady_clock::now();
-    auto_call();
-    const auto t1 = std::chrono::steady_clock::now();
-    const CascadeLayout found = find_shared_prefixes(host_table, P);
-    const auto t2 = std::chrono::steady_clock::now();
-    host_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    search_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-  }
-  records.back()["host_us_median"] = median(host_us);
-  records.back()["search_us_median"] = median(search_us);
+  records.back()["host_us_median"] = host_time(auto_call);
+  records.back()["search_us_median"] = host_time([&] { (void)find_shared_prefixes(host_table, P); });
   if (progress) progress("cascade: cascade_decode");
   record("cascade_decode", time_captured(stream, [&] {
     cascade_decode(ctx, q_view, cache, dev_levels, AttentionParams{}, out_view, {}, CascadeOptions{host_levels});

@@ -120,9 +120,10 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
       const std::int64_t rows = prefill_rows_per_cta();
       const std::int64_t tiles = (level.max_users * base.group_size() + rows - 1) / rows;
       const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
-      // One wave of one CTA per SM (the kernel's registers allow no second): measured on the
-      // cascade benchmark, two or three per SM (two or three waves) were 20% and 40% slower.
-      std::int64_t splits = std::max<std::int64_t>(1, sms / std::max<std::int64_t>(1, ctas));
+      // One wave: as many CTAs as fit on the SMs at once. (Measured with the 8-warp v2 kernel,
+      // one per SM: two or three waves were 20% and 40% slower.)
+      const std::int64_t wave = sms * prefill_ctas_per_sm();
+      std::int64_t splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, ctas));
       splits = std::min(splits, std::max<std::int64_t>(1, max_len / kMinSplitTokens));
       const std::int64_t tile = prefill_tile_keys();
       lp.split_tokens = ((max_len + splits - 1) / splits + tile - 1) / tile * tile;

@@ -37,6 +37,10 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 
 std::int64_t prefill_tile_keys() { return PrefillSmem<__nv_bfloat16, 128>::kKeys; }
 std::int64_t prefill_rows_per_cta() { return PrefillSmem<__nv_bfloat16, 128>::kRows; }
+std::int64_t prefill_ctas_per_sm() {
+  // 128 threads x 255 registers and ~108 KB of shared memory: two per SM.
+  return 2;
+}
 
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr, const PrefillSplit& split) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);

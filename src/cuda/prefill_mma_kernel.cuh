@@ -2,11 +2,13 @@
 //
 // A CTA takes 128 packed query rows of one sequence and one KV head: row i is query token
 // i / group, head i % group of the head's group, so a group's query heads share every K/V tile
-// (GQA packing) and MHA rows are simply tokens. Each of the 8 warps owns 16 rows (the mma M
-// dimension) and keeps its Q fragments in registers; K/V tiles of 64 keys stream into padded
-// shared rows through a two-stage cp.async pipeline that all warps share. Per tile a warp
-// computes S = Q K^T (16 x 64), masks it (causal, window), runs the online softmax on the
-// accumulator fragments and adds P V into its 16 x head_dim output fragments.
+// (GQA packing) and MHA rows are simply tokens. Each of the 4 warps owns two 16-row m-tiles
+// (the mma M dimension), so every K and V fragment it loads feeds two MMAs and the two rows'
+// chains interleave; its Q fragments wait in shared memory (the registers hold two m-tiles of
+// outputs). K/V tiles of 64 keys stream into padded shared rows through a two-stage cp.async
+// pipeline that all warps share, the rows' page offsets computed once per tile. Per 32-key
+// sub-tile a warp computes S = Q K^T (2 x 16 x 32), masks it (causal, window), runs the online
+// softmax on the accumulator fragments and adds P V into its output fragments.
 // fp8 caches: tiles land unpadded, each thread widens the chunks it copied to f16 (exact), q is
 // scaled into f16's range by a power of two per warp, the K/V scales fold into the logit scale
 // and the output.
@@ -30,14 +32,19 @@ struct PrefillKernelParams {
   std::int64_t out_split_stride = 0, lse_split_stride = 0;
 };
 
-constexpr int kPrefillThreads = 256;
+constexpr int kPrefillThreads = 128;
 
 template <class KV, int kD>
 struct PrefillSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;
   static constexpr int kWarps = kPrefillThreads / 32;
-  static constexpr int kRows = kWarps * 16;  // packed query rows per CTA
+  static constexpr int kMTiles = 2;                  // 16-row mma tiles per warp
+  static constexpr int kRows = kWarps * kMTiles * 16;  // packed query rows per CTA
+  // Q's A fragments, lane by lane ([warp][m-tile][k-step][lane], 16 bytes each): reloaded per
+  // tile instead of held in registers, which two m-tiles of output accumulators need.
+  static constexpr int kQBytes = kWarps * kMTiles * (kD / 16) * 32 * 16;
   static constexpr int kKeys = 64;           // keys per tile
+  static constexpr int kSub = 32;            // keys per online-softmax step
   static constexpr int kStages = 2;
   static constexpr int kPageChunk = 1024;    // page ids staged at a time
   static constexpr int kRowElems = kD + 8;   // padded 16-bit rows: conflict-free ldmatrix
@@ -51,7 +58,7 @@ struct PrefillSmem {
   static constexpr int kWideTileBytes = kKeys * kRowElems * 2;
   static constexpr int kWideBytes = kFp8 ? 2 * kWideTileBytes : 0;
   static constexpr int kOffsetBytes = 2 * kKeys * 16;  // two tiles' row offsets (K, V)
-  static constexpr int kBytes = kOffsetBytes + kPageChunk * 4 + kStages * kStageBytes + kWideBytes;
+  static constexpr int kBytes = kQBytes + kOffsetBytes + kPageChunk * 4 + kStages * kStageBytes + kWideBytes;
   static_assert(kRowsPerPass <= kKeys && kKeys % kRowsPerPass == 0, "copy passes cover whole tiles");
 };
 
@@ -63,7 +70,7 @@ template <class KV, class T, int kD, bool kPlain>
 __global__ void __launch_bounds__(kPrefillThreads)
     paged_prefill_mma_kernel(const __grid_constant__ PrefillKernelParams prm) {
   using Smem = PrefillSmem<KV, kD>;
-  constexpr int kKeys = Smem::kKeys, kStages = Smem::kStages, kRowElems = Smem::kRowElems;
+  constexpr int kKeys = Smem::kKeys, kSub = Smem::kSub, kStages = Smem::kStages, kRowElems = Smem::kRowElems;
   constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems, kPageChunk = Smem::kPageChunk;
   constexpr bool kFp8 = Smem::kFp8;
   constexpr float kNegInf = detail::kNegInf;
@@ -71,9 +78,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
   static_assert(!kFp8 || std::is_same_v<T, __half>, "fp8 tiles are widened to f16");
   extern __shared__ __align__(16) unsigned char smem[];
   // Row offsets of two tiles (K, V elements from the head's base; -1: outside the keys, zeros).
-  auto* s_offsets = reinterpret_cast<longlong2*>(smem);
-  auto* s_pages = reinterpret_cast<std::int32_t*>(smem + Smem::kOffsetBytes);
-  unsigned char* s_pipe = smem + Smem::kOffsetBytes + kPageChunk * 4;
+  auto* s_q = reinterpret_cast<uint4*>(smem);
+  auto* s_offsets = reinterpret_cast<longlong2*>(smem + Smem::kQBytes);
+  auto* s_pages = reinterpret_cast<std::int32_t*>(smem + Smem::kQBytes + Smem::kOffsetBytes);
+  unsigned char* s_pipe = smem + Smem::kQBytes + Smem::kOffsetBytes + kPageChunk * 4;
   T* s_wide = reinterpret_cast<T*>(s_pipe + kStages * Smem::kStageBytes);
 
   const detail::AttentionProblem& p = prm.p;
@@ -94,19 +102,21 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
 
-  // This warp's rows gid and gid + 8: query token, head, position.
-  std::int64_t tok[2], pos[2];
-  int head[2];
-  bool live[2];
-  float slope[2];
+  // This thread's rows: gid and gid + 8 of each of the warp's m-tiles (row i = 2 * m-tile + r):
+  // query token, head, position.
+  constexpr int kMT = Smem::kMTiles, kR = 2 * Smem::kMTiles;
+  int tok[kR], pos[kR];  // positions fit 31 bits (i32 lengths)
+  int head[kR];
+  bool live[kR];
+  float slope[kR];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const std::int64_t packed = row0 + warp * 16 + gid + 8 * r;
-    tok[r] = packed / group;
-    head[r] = kv_head * group + static_cast<int>(packed % group);
-    live[r] = tok[r] < n_q;
-    pos[r] = first_pos + tok[r];
-    slope[r] = (live[r] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[head[r]] : 0.0f;
+  for (int i = 0; i < kR; ++i) {
+    const std::int64_t packed = row0 + (warp * kMT + i / 2) * 16 + gid + 8 * (i % 2);
+    tok[i] = static_cast<int>(packed / group);
+    head[i] = kv_head * group + static_cast<int>(packed % group);
+    live[i] = tok[i] < n_q;
+    pos[i] = static_cast<int>(first_pos + tok[i]);
+    slope[i] = (live[i] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[head[i]] : 0.0f;
   }
   // Keys the CTA needs: up to its last row's position (causal), from its first row's window.
   const std::int64_t last_tok = min(n_q - 1, (row0 + Smem::kRows - 1) / group);
@@ -122,10 +132,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
   // [open_lo, open_hi) are seen whole by every live row of the warp and need no mask.
   std::int64_t warp_hi = -1, warp_lo = kv_len, open_hi = kv_len, open_lo = 0;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!live[r]) continue;
-    const std::int64_t hi = p.variant.causal ? min(kv_len, pos[r] + 1) : kv_len;
-    const std::int64_t lo = p.variant.window_left >= 0 ? pos[r] - p.variant.window_left : std::int64_t{0};
+  for (int i = 0; i < kR; ++i) {
+    if (!live[i]) continue;
+    const std::int64_t hi = p.variant.causal ? min(kv_len, std::int64_t{pos[i]} + 1) : kv_len;
+    const std::int64_t lo = p.variant.window_left >= 0 ? std::int64_t{pos[i]} - p.variant.window_left : std::int64_t{0};
     warp_hi = max(warp_hi, hi), warp_lo = min(warp_lo, lo);
     open_hi = min(open_hi, hi), open_lo = max(open_lo, lo);
   }
@@ -139,35 +149,51 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const float soft_cap = p.variant.soft_cap;
   const float k_scale = kFp8 ? p.kv.k_scale_of(kv_head) : 1.0f;
   const float v_scale = kFp8 ? p.kv.v_scale_of(kv_head) : 1.0f;
-  float s_mul = p.variant.scale * k_scale * (kPlain ? kLog2e : 1.0f);
-
-  // Q as A fragments: [k-step][row r][dims d, d+1, d+8, d+9], dead rows zero.
-  std::uint32_t qa[kD / 16][4];
-  {
+  // Per m-tile: fp8 caches scale each m-tile's q by its own power of two.
+  float s_mul[kMT];
+  // Q as A fragments ([k-step][row r][dims d, d+1, d+8, d+9], dead rows zero) into s_q; each
+  // lane reads back only its own fragments.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    s_mul[mt] = p.variant.scale * k_scale * (kPlain ? kLog2e : 1.0f);
     float qf[kD / 16][2][4];
     visit_q_type(p.qo.q_dtype, [&](auto tag) {
       using Q = typename decltype(tag)::type;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const Q* q_row = reinterpret_cast<const Q*>(p.qo.q) + query_token(live[r] ? tok[r] : 0) * p.qo.q_token_stride +
-                         static_cast<std::int64_t>(live[r] ? head[r] : 0) * p.qo.q_head_stride;
+        const int i = 2 * mt + r;
+        const Q* q_row = reinterpret_cast<const Q*>(p.qo.q) + query_token(live[i] ? tok[i] : 0) * p.qo.q_token_stride +
+                         static_cast<std::int64_t>(live[i] ? head[i] : 0) * p.qo.q_head_stride;
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           const int d = kk * 16 + tig * 2;
-          qf[kk][r][0] = live[r] ? to_float(q_row[d]) : 0.0f;
-          qf[kk][r][1] = live[r] ? to_float(q_row[d + 1]) : 0.0f;
-          qf[kk][r][2] = live[r] ? to_float(q_row[d + 8]) : 0.0f;
-          qf[kk][r][3] = live[r] ? to_float(q_row[d + 9]) : 0.0f;
+          qf[kk][r][0] = live[i] ? to_float(q_row[d]) : 0.0f;
+          qf[kk][r][1] = live[i] ? to_float(q_row[d + 1]) : 0.0f;
+          qf[kk][r][2] = live[i] ? to_float(q_row[d + 8]) : 0.0f;
+          qf[kk][r][3] = live[i] ? to_float(q_row[d + 9]) : 0.0f;
         }
       }
     });
-    pack_q_fragments<T, kD, kFp8>(qf, s_mul, qa);
-  }
-
-  float o[kD / 8][4];
+    std::uint32_t qa[kD / 16][4];
+    pack_q_fragments<T, kD, kFp8>(qf, s_mul[mt], qa);
 #pragma unroll
-  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      s_q[((warp * kMT + mt) * (kD / 16) + kk) * 32 + lane] = make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
+    }
+  }
+  auto q_fragment = [&](int mt, int kk, std::uint32_t (&a)[4]) {
+    const uint4 v = s_q[((warp * kMT + mt) * (kD / 16) + kk) * 32 + lane];
+    a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+  };
+
+  float o[kMT][kD / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  float m[kR], l[kR];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) m[i] = kNegInf, l[i] = 0.0f;
 
   const detail::KVTensorAccess& ka = p.kv.k;
   const detail::KVTensorAccess& va = p.kv.v;
@@ -257,93 +283,130 @@ __global__ void __launch_bounds__(kPrefillThreads)
       if (threadIdx.x < kKeys) stage_offsets(j + 2, static_cast<int>(threadIdx.x));
       const std::int64_t t0 = c_lo + j * kKeys;
       if (t0 < warp_hi && t0 + kKeys > warp_lo) {  // some row of this warp sees a key of the tile
-        const T* k_tile = mma_tile(stage, 0);
-        const T* v_tile = mma_tile(stage, 1);
-        float sc[kKeys / 8][4];
+        // The tile in sub-tiles of kSub keys, each its own online-softmax step: half the logit
+        // registers of a whole tile, which two m-tiles of outputs leave no room for.
+#pragma unroll 1
+        for (int sub = 0; sub < kKeys / kSub; ++sub) {
+        const T* k_tile = mma_tile(stage, 0) + sub * kSub * kRowElems;
+        const T* v_tile = mma_tile(stage, 1) + sub * kSub * kRowElems;
+        const std::int64_t ts = t0 + sub * kSub;  // the sub-tile's first key
+        float sc[kMT][kSub / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-          sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int kk = 0; kk < kD / 16; kk += 2) {
+          for (int nt = 0; nt < kSub / 8; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.0f;
+        // S = Q K^T: each K fragment feeds both m-tiles.
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; kk += 2) {
+          std::uint32_t qa[kMT][2][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) q_fragment(mt, kk, qa[mt][0]), q_fragment(mt, kk + 1, qa[mt][1]);
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
             std::uint32_t b[4];
             ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
-            mma16816<T>(sc[nt], qa[kk], b[0], b[1]);
-            mma16816<T>(sc[nt], qa[kk + 1], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma16816<T>(sc[mt][nt], qa[mt][0], b[0], b[1]);
+              mma16816<T>(sc[mt][nt], qa[mt][1], b[2], b[3]);
+            }
           }
         }
         // Rows past the sequence's queries stay unmasked inside the open range: their results
         // are never written.
-        const bool open = t0 >= max(c_begin, open_lo) && t0 + kKeys <= min(c_end, open_hi);
+        const bool open = ts >= max(c_begin, open_lo) && ts + kSub <= min(c_end, open_hi);
         const int c_begin32 = static_cast<int>(c_begin), c_end32 = static_cast<int>(c_end);
-        const int pos32[2] = {static_cast<int>(pos[0]), static_cast<int>(pos[1])};
-        const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
-        float rmax[2] = {kNegInf, kNegInf};
+        float rmax[kR];
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
+        for (int i = 0; i < kR; ++i) rmax[i] = kNegInf;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1;
-            const int dt = nt * 8 + tig * 2 + (e & 1);  // key t0 + dt
-            // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
-            float x = sc[nt][e];
-            if constexpr (!kPlain) {
-              x *= s_mul;
-              if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
-              x = (x + slope[r] * static_cast<float>(t0 + dt - pos[r])) * kLog2e;
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = 2 * mt + (e >> 1);
+              const int dt = nt * 8 + tig * 2 + (e & 1);  // key ts + dt
+              // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
+              float x = sc[mt][nt][e];
+              if constexpr (!kPlain) {
+                x *= s_mul[mt];
+                if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+                x = (x + slope[i] * static_cast<float>(static_cast<int>(ts) + dt - pos[i])) * kLog2e;
+              }
+              if (!open) {  // positions fit 31 bits
+                const int t = static_cast<int>(ts) + dt, pos32 = pos[i];
+                bool ok = live[i] && t >= c_begin32 && t < c_end32;
+                if (p.variant.causal) ok = ok && t <= pos32;
+                if (p.variant.window_left >= 0) ok = ok && t >= pos32 - p.variant.window_left;
+                x = ok ? x : kNegInf;
+              }
+              sc[mt][nt][e] = x;
+              rmax[i] = fmaxf(rmax[i], x);
             }
-            if (!open) {  // positions fit 31 bits
-              const int t = static_cast<int>(t0) + dt;
-              bool ok = live[r] && t >= c_begin32 && t < c_end32;
-              if (p.variant.causal) ok = ok && t <= pos32[r];
-              if (p.variant.window_left >= 0) ok = ok && t >= pos32[r] - p.variant.window_left;
-              x = ok ? x : kNegInf;
+          }
+        }
+        float corr[kR], m_sub[kR];
+        bool rescale = false;
+#pragma unroll
+        for (int i = 0; i < kR; ++i) {
+          const float p_mul = kPlain ? s_mul[i / 2] : 1.0f;  // what still multiplies the stored logits
+          rmax[i] = fmaxf(rmax[i], __shfl_xor_sync(kAll, rmax[i], 1));
+          rmax[i] = fmaxf(rmax[i], __shfl_xor_sync(kAll, rmax[i], 2));
+          const float m_new = fmaxf(m[i], rmax[i] * p_mul);  // s_mul > 0 keeps the order
+          corr[i] = m_new == kNegInf ? 1.0f : exp2f(m[i] - m_new);
+          rescale = rescale || corr[i] != 1.0f;
+          m[i] = m_new;
+          l[i] *= corr[i];
+          // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
+          m_sub[i] = m[i] == kNegInf ? 0.0f : m[i];
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const float p_mul = kPlain ? s_mul[mt] : 1.0f;
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = 2 * mt + (e >> 1);
+              sc[mt][nt][e] = fast_exp2(fmaf(sc[mt][nt][e], p_mul, -m_sub[i]));
+              l[i] += sc[mt][nt][e];
             }
-            sc[nt][e] = x;
-            rmax[r] = fmaxf(rmax[r], x);
           }
         }
-        float corr[2];
+        if (__any_sync(kAll, rescale)) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(kAll, rmax[r], 1));
-          rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(kAll, rmax[r], 2));
-          const float m_new = fmaxf(m[r], rmax[r] * p_mul);  // s_mul > 0 keeps the order
-          corr[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);
-          m[r] = m_new;
-          l[r] *= corr[r];
-        }
-        // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
-        const float m_sub[2] = {m[0] == kNegInf ? 0.0f : m[0], m[1] == kNegInf ? 0.0f : m[1]};
+          for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1;
-            sc[nt][e] = fast_exp2(fmaf(sc[nt][e], p_mul, -m_sub[r]));
-            l[r] += sc[nt][e];
+            for (int n = 0; n < kD / 8; ++n) {
+              o[mt][n][0] *= corr[2 * mt], o[mt][n][1] *= corr[2 * mt];
+              o[mt][n][2] *= corr[2 * mt + 1], o[mt][n][3] *= corr[2 * mt + 1];
+            }
           }
         }
-        if (__any_sync(kAll, corr[0] != 1.0f || corr[1] != 1.0f)) {
+        // O += P V: each V fragment feeds both m-tiles.
 #pragma unroll
-          for (int n = 0; n < kD / 8; ++n) {
-            o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+        for (int ks = 0; ks < kSub / 16; ++ks) {  // 16 keys per k-step of P V
+          std::uint32_t pa[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            pa[mt][0] = pack2<T>(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
+            pa[mt][1] = pack2<T>(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
+            pa[mt][2] = pack2<T>(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
+            pa[mt][3] = pack2<T>(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
           }
-        }
-#pragma unroll
-        for (int ks = 0; ks < kKeys / 16; ++ks) {  // 16 keys per k-step of P V
-          std::uint32_t pa[4];
-          pa[0] = pack2<T>(sc[2 * ks][0], sc[2 * ks][1]);
-          pa[1] = pack2<T>(sc[2 * ks][2], sc[2 * ks][3]);
-          pa[2] = pack2<T>(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
-          pa[3] = pack2<T>(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
 #pragma unroll
           for (int n = 0; n < kD / 8; n += 2) {
             std::uint32_t b[4];
             ldmatrix_x4<true>(b, v_tile + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
-            mma16816<T>(o[n], pa, b[0], b[1]);
-            mma16816<T>(o[n + 1], pa, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma16816<T>(o[mt][n], pa[mt], b[0], b[1]);
+              mma16816<T>(o[mt][n + 1], pa[mt], b[2], b[3]);
+            }
           }
         }
+              }
       }
       __syncthreads();  // every warp is done with the stage the next issue refills
     }
@@ -352,27 +415,28 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
   // Row sums were accumulated per lane: complete them across the quad.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(kAll, l[r], 1);
-    l[r] += __shfl_xor_sync(kAll, l[r], 2);
+  for (int i = 0; i < kR; ++i) {
+    l[i] += __shfl_xor_sync(kAll, l[i], 1);
+    l[i] += __shfl_xor_sync(kAll, l[i], 2);
   }
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
   std::byte* out = p.qo.out + split * prm.out_split_stride * out_size;
   float* lse = p.qo.lse ? p.qo.lse + split * prm.lse_split_stride : nullptr;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!live[r]) continue;
-    float M = m[r], L = l[r];
-    const float scale_o = fold_sink(p, head[r], M, L);
+  for (int i = 0; i < kR; ++i) {
+    if (!live[i]) continue;
+    float M = m[i], L = l[i];
+    const float scale_o = fold_sink(p, head[i], M, L);
     const float inv = L > 0.0f ? scale_o * v_scale / L : 0.0f;
-    const std::int64_t q_tok = query_token(tok[r]);
-    std::byte* o_row = out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
+    const std::int64_t q_tok = query_token(tok[i]);
+    std::byte* o_row = out + (q_tok * p.qo.out_token_stride + head[i] * p.qo.out_head_stride) * out_size;
+    const int mt = i / 2, r = i % 2;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
-      store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
-      store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
+      store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[mt][n][2 * r] * inv);
+      store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[mt][n][2 * r + 1] * inv);
     }
-    if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] = natural_lse(M, L);
+    if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + head[i] * p.qo.lse_head_stride] = natural_lse(M, L);
   }
 }
 

@@ -61,11 +61,13 @@ def cascade_table(ours):
     print(f"Device: {r0['device']}; copy ceiling {r0['ceiling_gbps']:.0f} GB/s; {r0['seq_lens_desc']}, "
           f"heads {r0['num_q_heads']}/{r0['num_kv_heads']}, page {r0['page_size']}, {r0['cascade_levels']} shared level(s)")
     print()
-    print("| variant | time µs (median) | min µs | distinct bytes GB/s | % of copy ceiling | speed-up vs plain |")
-    print("|---|---|---|---|---|---|")
+    print("| variant | time µs (median) | min µs | distinct bytes GB/s | % of copy ceiling | speed-up vs plain | host µs per call | of which search |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in ours:
+        host = f"{r['host_us_median']:.0f}" if "host_us_median" in r else "-"
+        search = f"{r['search_us_median']:.0f}" if "search_us_median" in r else "-"
         print(f"| {r['variant']} | {r['time_us_median']:.1f} | {r['time_us_min']:.1f} | {r['achieved_gbps']:.0f} | "
-              f"{100 * r['ratio_to_ceiling']:.1f} | {r['speedup_vs_plain']:.2f}x |")
+              f"{100 * r['ratio_to_ceiling']:.1f} | {r['speedup_vs_plain']:.2f}x | {host} | {search} |")
 
 
 if __name__ == "__main__":
