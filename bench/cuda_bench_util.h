@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "pagedattn/dtype.h"
 #include "pagedattn/error.h"
+#include "pagedattn/kv_cache.h"
 
 namespace pagedattn::bench {
 
@@ -42,6 +44,26 @@ inline void fill_random(void* dst, std::size_t bytes, DType dtype, std::uint64_t
     ok(cudaMemcpy(static_cast<std::byte*>(dst) + off, host.data(), std::min(host.size(), bytes - off),
                   cudaMemcpyHostToDevice), "fill");
   }
+}
+
+// A paged K/V pool on the GPU filled with random values, and its views.
+struct RandomCache {
+  Gpu k, v;
+  PagedKV views;
+  RandomCache(const KVCacheSpec& spec, int device)
+      : k(static_cast<std::size_t>(spec.bytes_per_tensor())), v(static_cast<std::size_t>(spec.bytes_per_tensor())) {
+    fill_random(k.ptr, static_cast<std::size_t>(spec.bytes_per_tensor()), spec.dtype, 1);
+    fill_random(v.ptr, static_cast<std::size_t>(spec.bytes_per_tensor()), spec.dtype, 2);
+    views = spec.make_views(k.ptr, v.ptr, Device::cuda(device));
+  }
+};
+
+// Page ids 0 .. pages - 1 in a fixed random order (tables never walk memory in order).
+inline std::vector<std::int32_t> shuffled_page_ids(std::int64_t pages) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
+  return ids;
 }
 
 // Per-replay times (µs) of a captured graph.

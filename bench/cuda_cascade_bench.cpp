@@ -33,16 +33,10 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
   const std::int64_t shared_pages = config.shared_tokens / P, own_pages = (config.own_tokens + P - 1) / P;
   const std::int64_t len = shared_pages * P + config.own_tokens, per_seq = shared_pages + own_pages;
   const std::int64_t pages = shared_pages + S * own_pages;
-  const KVCacheSpec spec{config.layout, DType::kBF16, pages, P, Hkv, D};
-  const auto kv_bytes = static_cast<std::size_t>(spec.bytes_per_tensor());
-  Gpu k(kv_bytes), v(kv_bytes);
-  fill_random(k.ptr, kv_bytes, DType::kBF16, 1);
-  fill_random(v.ptr, kv_bytes, DType::kBF16, 2);
-  const PagedKV cache = spec.make_views(k.ptr, v.ptr, gpu);
+  const RandomCache pool(KVCacheSpec{config.layout, DType::kBF16, pages, P, Hkv, D}, config.device);
+  const PagedKV& cache = pool.views;
   // Shuffled page ids: the prefix's pages first in every row, then each sequence's own.
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
+  const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
   BlockTableData bt;
   bt.num_seqs = S;
   bt.max_pages = per_seq;

@@ -111,16 +111,10 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
       max_pages = std::max(max_pages, (l + P - 1) / P);
       tokens += l;
     }
-    const KVCacheSpec spec{shape.layout, shape.kv_dtype, pages, P, Hkv, D};
-    Gpu k(static_cast<std::size_t>(spec.bytes_per_tensor())), v(static_cast<std::size_t>(spec.bytes_per_tensor()));
-    fill_random(k.ptr, static_cast<std::size_t>(spec.bytes_per_tensor()), shape.kv_dtype, 1);
-    fill_random(v.ptr, static_cast<std::size_t>(spec.bytes_per_tensor()), shape.kv_dtype, 2);
-    PagedKV cache = spec.make_views(k.ptr, v.ptr, Device::cuda(config.device));
+    const RandomCache pool(KVCacheSpec{shape.layout, shape.kv_dtype, pages, P, Hkv, D}, config.device);
+    PagedKV cache = pool.views;
     if (is_fp8(shape.kv_dtype)) cache.k_scale = cache.v_scale = 0.05f;
-    // Shuffled page ids.
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
+    const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
     BlockTableData bt;
     bt.num_seqs = S;
     bt.max_pages = max_pages;

@@ -92,15 +92,9 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     const std::int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
     const std::int64_t len = shape.cached_tokens + shape.new_tokens, T = S * shape.new_tokens;
     const std::int64_t per_seq = (len + P - 1) / P, pages = S * per_seq;
-    const KVCacheSpec spec{shape.layout, shape.dtype, pages, P, Hkv, D};
-    const auto kv_bytes = static_cast<std::size_t>(spec.bytes_per_tensor());
-    Gpu k(kv_bytes), v(kv_bytes);
-    fill_random(k.ptr, kv_bytes, shape.dtype, 1);
-    fill_random(v.ptr, kv_bytes, shape.dtype, 2);
-    const PagedKV cache = spec.make_views(k.ptr, v.ptr, gpu);
-    std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
+    const RandomCache pool(KVCacheSpec{shape.layout, shape.dtype, pages, P, Hkv, D}, config.device);
+    const PagedKV& cache = pool.views;
+    const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
     BlockTableData bt;
     bt.num_seqs = S;
     bt.max_pages = per_seq;

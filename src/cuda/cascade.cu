@@ -8,6 +8,7 @@
 #include "cuda/merge_states.h"
 #include "cuda/prefill.h"
 #include "cuda/sm_count.h"
+#include "cuda/workspace.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn::cuda {
@@ -155,16 +156,8 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   if (S == 0) return;
   check_supported(S <= 65535, "cascade_decode on CUDA supports at most 65535 sequences per call, got " +
                                   std::to_string(S));
-  void* owned = nullptr;
-  if (workspace == nullptr) {
-    check_cuda(cudaMallocAsync(&owned, plan.workspace_bytes, stream), "cascade_decode workspace");
-    workspace = owned;
-  } else {
-    check_arg(workspace_bytes >= plan.workspace_bytes,
-              "ctx.workspace has " + std::to_string(workspace_bytes) + " bytes, cascade_decode needs " +
-                  std::to_string(plan.workspace_bytes));
-  }
-  auto* ws = static_cast<unsigned char*>(workspace);
+  const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "cascade_decode");
+  unsigned char* ws = scratch.get();
   auto* states = reinterpret_cast<float*>(ws + plan.states_offset);
   auto* states_lse = reinterpret_cast<float*>(ws + plan.lse_offset);
   auto* key_offset = reinterpret_cast<std::int64_t*>(ws + plan.positions_offset);
@@ -262,7 +255,6 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   out.lse_row_stride = base.qo.lse_token_stride;
   out.lse_head_stride = base.qo.lse_head_stride;
   merge_states(sets, num_sets, out, S, Hq, D, stream);
-  if (owned) check_cuda(cudaFreeAsync(owned, stream), "cascade_decode workspace free");
 }
 
 }  // namespace pagedattn::cuda

@@ -3,6 +3,7 @@
 
 #include "cuda/cascade.h"
 #include "cuda/cuda_check.h"
+#include "cuda/workspace.h"
 
 namespace pagedattn::cuda {
 
@@ -53,14 +54,9 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
   const CascadePlan plan = plan_cascade(base, descs, device);
   const std::size_t upload_bytes = packed.size() * sizeof(std::int32_t);
   const std::size_t total = plan.workspace_bytes + upload_bytes;
-  void* owned = nullptr;
-  if (workspace == nullptr) {
-    check_cuda(cudaMallocAsync(&owned, total, stream), "decode cascade workspace");
-    workspace = owned;
-  } else if (workspace_bytes < total) {
-    return false;
-  }
-  auto* uploaded = reinterpret_cast<std::int32_t*>(static_cast<unsigned char*>(workspace) + plan.workspace_bytes);
+  if (workspace != nullptr && workspace_bytes < total) return false;
+  const Workspace scratch(total, workspace, workspace_bytes, stream, "decode's cascade");
+  auto* uploaded = reinterpret_cast<std::int32_t*>(scratch.get() + plan.workspace_bytes);
   check_cuda(cudaMemcpyAsync(uploaded, packed.data(), upload_bytes, cudaMemcpyHostToDevice, stream),
              "decode cascade layout upload");
   for (std::size_t l = 0; l < descs.size(); ++l) {
@@ -69,8 +65,7 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
     descs[l].table.last_page_len = uploaded + at[l].last;
     descs[l].seq_to_row = uploaded + at[l].map;
   }
-  cascade_decode(base, descs, plan, workspace, plan.workspace_bytes, stream);
-  if (owned) check_cuda(cudaFreeAsync(owned, stream), "decode cascade workspace free");
+  cascade_decode(base, descs, plan, scratch.get(), plan.workspace_bytes, stream);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include "cuda/decode_mma_launch.h"
 #include "cuda/kv_rows.h"
 #include "cuda/sm_count.h"
+#include "cuda/workspace.h"
 
 namespace pagedattn::cuda {
 
@@ -174,17 +175,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.k_vec = prm.v_vec = choice.vec;
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
 
-  void* owned = nullptr;
+  const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {
-    if (workspace == nullptr) {
-      check_cuda(cudaMallocAsync(&owned, plan.workspace_bytes, stream), "decode workspace");
-      workspace = owned;
-    } else {
-      check_arg(workspace_bytes >= plan.workspace_bytes,
-                "ctx.workspace has " + std::to_string(workspace_bytes) + " bytes, decode needs " +
-                    std::to_string(plan.workspace_bytes));
-    }
-    prm.part_o = static_cast<float*>(workspace);
+    prm.part_o = reinterpret_cast<float*>(scratch.get());
     prm.part_lse = prm.part_o + p.num_seqs * plan.max_splits * p.num_q_heads * p.head_dim;
   }
   const dim3 grid(static_cast<unsigned>(plan.max_splits),
@@ -224,7 +217,6 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
     check_launch("merge_splits_kernel", stream);
   }
-  if (owned) check_cuda(cudaFreeAsync(owned, stream), "decode workspace free");
 }
 
 }  // namespace pagedattn::cuda
