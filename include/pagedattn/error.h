@@ -4,8 +4,8 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <string_view>
+#include <type_traits>
 
 namespace pagedattn {
 

@@ -82,7 +82,11 @@ struct DecodeOptions {
   // cascade_min_saved_tokens KV reads, runs as cascade_decode over the layout found. Only with
   // variant kAuto and partition_size 0, without ALiBi or a sliding window (positions differ per
   // level), and on CUDA only while the stream is not being captured (a graph replay may see
-  // other pages shared) and when ctx.workspace, if given, is large enough. false: always plain.
+  // other pages shared), when ctx.workspace, if given, is large enough, and with at most 16
+  // levels. On CUDA the layout found is uploaded by an asynchronous copy from pageable host
+  // memory (staged by the driver; it does not wait for the stream's work). Results then depend,
+  // within rounding, on which pages the batch shares (another summation order), not on the
+  // other sequences' values. false: always plain.
   bool cascade = true;
   std::int64_t cascade_min_saved_tokens = 4096;
 };
@@ -122,8 +126,10 @@ struct CascadeOptions {
   // CUDA: host copies of `levels` (same formats and shapes; seq_to_row given for the same
   // levels). The op validates them and plans its launches from them, so it never reads device
   // memory from the host. Rows and positions are read on the device, so a captured graph
-  // replays correctly for new page ids, lengths and row maps within the planned bounds (no
-  // row longer, no row with more users). Required on CUDA; ignored on the CPU.
+  // replays correctly for new page ids, lengths and row maps within the planned bounds: no row
+  // longer and no row with more users than in the host copies, row maps within the rows (the
+  // device values are not checked again: beyond these bounds the results are undefined).
+  // Required on CUDA; ignored on the CPU.
   std::span<const CascadeLevel> host_levels;
 };
 void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cache,

@@ -80,6 +80,10 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   check_arg(options.cascade_min_saved_tokens >= 0, "options.cascade_min_saved_tokens is " +
                                                        std::to_string(options.cascade_min_saved_tokens) +
                                                        ", expected >= 0");
+  // The device table is checked against its host copy before either path runs.
+  [[maybe_unused]] const detail::PageTableAccess host_access = p.table;
+  [[maybe_unused]] const detail::PageTableAccess device_access =
+      on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
 #if PAGEDATTN_WITH_CUDA
   const bool capturing = on_gpu && cuda::stream_is_capturing(ctx.stream);
 #else
@@ -101,9 +105,8 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   if (on_gpu) {
 #if PAGEDATTN_WITH_CUDA
     std::vector<std::int64_t> lengths(static_cast<std::size_t>(p.num_seqs));
-    for (std::int64_t s = 0; s < p.num_seqs; ++s) lengths[static_cast<std::size_t>(s)] = p.table.row(s).kv_len;
-    // The host copy was validated above; point the kernels at the device table.
-    p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
+    for (std::int64_t s = 0; s < p.num_seqs; ++s) lengths[static_cast<std::size_t>(s)] = host_access.row(s).kv_len;
+    p.table = device_access;  // the kernels read the device table
     const cuda::DecodePlan plan = cuda::plan_decode(p, lengths.data(), options, ctx.device.index);
     cuda::decode(p, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
 #endif

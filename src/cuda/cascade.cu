@@ -19,6 +19,9 @@ constexpr int kSetupThreads = 256;
 constexpr int kGroupThreads = 1024;
 // A KV split shorter than this costs more in CTA start and merge than it gains in parallelism.
 constexpr std::int64_t kMinSplitTokens = 512;
+// Partial states are kept for every sequence: splits are capped so that they stay within this
+// (a large batch with one small sharing group would otherwise reserve gigabytes).
+constexpr std::int64_t kMaxStateBytes = std::int64_t{256} << 20;
 
 struct PositionsParams {
   detail::PageTableAccess tables[kMaxCascadeLevels];
@@ -50,7 +53,9 @@ __global__ void cascade_positions_kernel(const __grid_constant__ PositionsParams
 }
 
 // One CTA: the users of each row, as a CSR (indptr [rows + 1]) over `order` [num_seqs]. The
-// order within a row is whatever the atomics give; each query's result does not depend on it.
+// order within a row is whatever the atomics give; a query's result does not depend on it,
+// except with fp8 caches, where q's power-of-two scaling is chosen per 16-row m-tile (it only
+// differs when some |q| >= 2^15).
 __global__ void __launch_bounds__(kGroupThreads)
     group_by_row_kernel(const std::int32_t* seq_to_row, std::int64_t num_seqs, std::int64_t rows,
                         std::int32_t* indptr, std::int32_t* cursor, std::int32_t* order) {
@@ -123,9 +128,12 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
       const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
       // One wave: as many CTAs as fit on the SMs at once. (Measured with the 8-warp v2 kernel,
       // one per SM: two or three waves were 20% and 40% slower.)
-      const std::int64_t wave = sms * prefill_ctas_per_sm();
+      const std::int64_t wave = sms * prefill_ctas_per_sm(device);
       std::int64_t splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, ctas));
       splits = std::min(splits, std::max<std::int64_t>(1, max_len / kMinSplitTokens));
+      const std::int64_t state_bytes = S * Hq * D * static_cast<std::int64_t>(sizeof(float));
+      splits = std::min(splits, std::max<std::int64_t>(
+                                    1, kMaxStateBytes / state_bytes / static_cast<std::int64_t>(levels.size())));
       const std::int64_t tile = prefill_tile_keys();
       lp.split_tokens = ((max_len + splits - 1) / splits + tile - 1) / tile * tile;
       lp.splits = lp.split_tokens == 0 ? 1 : std::max<std::int64_t>(1, (max_len + lp.split_tokens - 1) / lp.split_tokens);

@@ -17,6 +17,7 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
                        void* workspace, std::size_t workspace_bytes, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const std::int64_t S = base.num_seqs, P = base.kv.page_size;
+  if (layout.levels.size() > kMaxCascadeLevels) return false;  // deeper nesting: plain decode
   // Every level's indptr, indices, last_page_len and seq_to_row, back to back in one upload;
   // the descriptors hold offsets into it until the workspace is known.
   std::vector<std::int32_t> packed;

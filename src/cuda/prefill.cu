@@ -1,4 +1,5 @@
 // Paged prefill on CUDA: which problems the tensor-core kernel covers, and its launch.
+#include <algorithm>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -37,9 +38,14 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 
 std::int64_t prefill_tile_keys() { return PrefillSmem<__nv_bfloat16, 128>::kKeys; }
 std::int64_t prefill_rows_per_cta() { return PrefillSmem<__nv_bfloat16, 128>::kRows; }
-std::int64_t prefill_ctas_per_sm() {
-  // 128 threads x 255 registers and ~108 KB of shared memory: two per SM.
-  return 2;
+std::int64_t prefill_ctas_per_sm(int device) {
+  // The kernel uses up to 255 registers per thread; its shared memory is PrefillSmem::kBytes.
+  int regs = 0, smem = 0;
+  check_cuda(cudaDeviceGetAttribute(&regs, cudaDevAttrMaxRegistersPerMultiprocessor, device), "registers per SM");
+  check_cuda(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
+  constexpr std::int64_t kSmemPerCta = PrefillSmem<__nv_bfloat16, 128>::kBytes + 1024;  // + the CTA's reserve
+  const std::int64_t by_regs = regs / (kPrefillThreads * 256), by_smem = smem / kSmemPerCta;
+  return std::max<std::int64_t>(1, std::min(by_regs, by_smem));
 }
 
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr, const PrefillSplit& split) {

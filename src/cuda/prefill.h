@@ -24,8 +24,9 @@ struct PrefillSplit {
 std::int64_t prefill_tile_keys();
 // Packed query rows (query token x group + head) per CTA.
 std::int64_t prefill_rows_per_cta();
-// CTAs of the bf16 / f16 kernel that fit on one SM (registers and shared memory).
-std::int64_t prefill_ctas_per_sm();
+// CTAs of the bf16 / f16 head_dim 128 kernel that fit on one SM of `device` (registers and
+// shared memory).
+std::int64_t prefill_ctas_per_sm(int device);
 
 // p holds device pointers (p.qo_indptr included); max_q: the most queries of one sequence,
 // from the host copy of qo_indptr. Throws kUnsupported for problems the kernel does not cover.

@@ -156,7 +156,7 @@ std::vector<Case> cases() {
   add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF16; });
   add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF8E4M3; });
   add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF8E5M2; c.per_head_scales = true; });
-  add([](Case& c) { c.kv = DType::kF8E4M3; });  // bf16 q: fp8 decodes, no gathered path
+  add([](Case& c) { c.kv = DType::kF8E4M3; });  // bf16 q, fp8 cache: tiles widened to f16
   add([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; });
   add([](Case& c) { c.head_dim = 64; });
   add([](Case& c) { c.head_dim = 80; });
@@ -219,6 +219,48 @@ TEST(CudaCascadeErrors, RejectsBadInputAndWritesNothing) {
   expect_rejected(no_map, CascadeOptions{host_levels}, "both given or both absent");
   // Host levels on the device.
   expect_rejected(dev.levels, CascadeOptions{dev.levels}, "but the op runs on");
+
+  // decode finding the sharing still checks its device table against the host copy.
+  const PageTable host_table = h.table();
+  const BlockTable& dev_bt = std::get<BlockTable>(d.table);
+  const TensorView narrow(dev_bt.block_table.data(), DType::kI32, {S, h.bt.max_pages - 1},
+                          {h.bt.max_pages, 1}, Device::cuda(0));
+  DecodeOptions options;
+  options.host_table = &host_table;
+  options.cascade_min_saved_tokens = 0;
+  test::expect_error_then_sync([&] {
+    decode(Context{Device::cuda(0)}, d.q.view, d.cache, BlockTable{narrow, dev_bt.seq_lens}, d.params, out_view, {},
+           options);
+  }, "as in the host copy");
+  EXPECT_EQ(out.snapshot(), before) << "decode with a bad device table";
+}
+
+// Forks nested 17 deep: more levels than the CUDA cascade takes, so decode runs plain (and
+// must not throw).
+TEST(CudaCascade, DeepNestingFallsBackToPlainDecode) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c;
+  c.lens.assign(18, 20 * c.page_size);
+  for (std::size_t s = 0; s + 1 < c.lens.size(); ++s) {
+    for (std::size_t t = s + 1; t < c.lens.size(); ++t) c.shares.push_back({s, t, static_cast<std::int64_t>(s + 1) * c.page_size});
+  }
+  HostProblem h = test::build(c, 9);
+  apply_shares(c, h);
+  const PageTable host_table = h.table();
+  ASSERT_GT(find_shared_prefixes(host_table, c.page_size, SharedPrefixOptions{0}).levels.size(), 16u);
+  const AttentionParams host_params = test::params_of(c, h);
+  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
+  std::vector<std::byte> want(static_cast<std::size_t>(S * Hq * D) * 2);
+  decode(reference(), h.q_view, h.cache, host_table, host_params, TensorView(want.data(), c.q, {S, Hq, D}));
+  DeviceProblem d = test::to_device(h, host_params);
+  DeviceBuffer out(want.size());
+  DecodeOptions options;
+  options.host_table = &host_table;
+  options.cascade_min_saved_tokens = 0;
+  decode(Context{Device::cuda(0)}, d.q.view, d.cache, d.table, d.params,
+         TensorView(out.get(), c.q, {S, Hq, D}, Device::cuda(0)), {}, options);
+  test::cuda_ok(cudaDeviceSynchronize(), "decode");
+  test::expect_close(test::to_floats(out.snapshot(), c.q), test::to_floats(want, c.q), test::tolerance(c.q), "deep");
 }
 
 // A cascade_decode captured once replays correctly after the row maps, the rows' pages and
