@@ -66,8 +66,9 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   check_arg(!on_gpu || options.host_table != nullptr,
             "options.host_table is required on CUDA: a host copy of the page table, used to "
             "validate it and plan the launch without reading GPU memory");
-  detail::AttentionProblem p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table,
-                                              params, out, lse, q.size(0));
+  // The table whose values are checked and searched: the host copy on CUDA.
+  const PageTable& checked_table = on_gpu ? *options.host_table : table;
+  detail::AttentionProblem p = resolve_common(ctx, q, cache, checked_table, params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
   check_arg(q.size(0) == p.num_seqs, "q has " + std::to_string(q.size(0)) +
                                          " sequences but the page table has " +
@@ -90,8 +91,7 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   const bool capturing = false;
 #endif
   if (!capturing && cascade_candidate(ctx, p, options)) {
-    CascadeLayout layout = find_shared_prefixes(on_gpu ? *options.host_table : table, p.kv.page_size,
-                                                {options.cascade_min_saved_tokens});
+    CascadeLayout layout = find_shared_prefixes(checked_table, p.kv.page_size, {options.cascade_min_saved_tokens});
     if (layout.shared_levels() > 0) {
       if (!on_gpu) return cascade_decode(ctx, q, cache, layout.views(), params, out, lse);
 #if PAGEDATTN_WITH_CUDA

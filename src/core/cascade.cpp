@@ -122,14 +122,7 @@ void run_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<cons
       check_arg(map.is_contiguous(), name + ".seq_to_row must be contiguous on CUDA");
       d.seq_to_row = map.data_as<const std::int32_t>();
     }
-    std::vector<std::int64_t> users(static_cast<std::size_t>(plans[l].table.num_rows), 0);
-    d.seq_lens.assign(static_cast<std::size_t>(S), 0);
-    for (std::int64_t s = 0; s < S; ++s) {
-      const std::int32_t r = plans[l].seq_to_row[static_cast<std::size_t>(s)];
-      if (r < 0) continue;
-      d.seq_lens[static_cast<std::size_t>(s)] = plans[l].table.row(r).kv_len;
-      d.max_users = std::max(d.max_users, ++users[static_cast<std::size_t>(r)]);
-    }
+    cuda::describe_level(plans[l].table, plans[l].seq_to_row.data(), S, d);
   }
   const cuda::CascadePlan plan = cuda::plan_cascade(base, descs, ctx.device.index);
   cuda::cascade_decode(base, descs, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);

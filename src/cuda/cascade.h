@@ -36,6 +36,11 @@ struct CascadeLevelPlan {
   std::size_t groups_offset = 0;  // shared: row indptr, cursors and gathered order
 };
 
+// Fills desc.seq_lens and desc.max_users from a level's validated host table and row map
+// (host_map[s]: sequence s's row, -1 for none).
+void describe_level(const detail::PageTableAccess& host_table, const std::int32_t* host_map, std::int64_t num_seqs,
+                    CascadeLevelDesc& desc);
+
 struct CascadePlan {
   std::vector<CascadeLevelPlan> levels;
   std::int64_t num_states = 0;

@@ -1,4 +1,5 @@
-// Decode as a cascade over a layout found on the host: upload the layout, then run it.
+// Decode as a cascade over a layout found on the host: upload the layout, then run it; and the
+// host-side description of a level that both CUDA cascade entry points use.
 #include <algorithm>
 
 #include "cuda/cascade.h"
@@ -6,6 +7,19 @@
 #include "cuda/workspace.h"
 
 namespace pagedattn::cuda {
+
+void describe_level(const detail::PageTableAccess& host_table, const std::int32_t* host_map, std::int64_t num_seqs,
+                    CascadeLevelDesc& desc) {
+  std::vector<std::int64_t> users(static_cast<std::size_t>(host_table.num_rows), 0);
+  desc.seq_lens.assign(static_cast<std::size_t>(num_seqs), 0);
+  desc.max_users = 0;
+  for (std::int64_t s = 0; s < num_seqs; ++s) {
+    const std::int32_t r = host_map[s];
+    if (r < 0) continue;
+    desc.seq_lens[static_cast<std::size_t>(s)] = host_table.row(r).kv_len;
+    desc.max_users = std::max(desc.max_users, ++users[static_cast<std::size_t>(r)]);
+  }
+}
 
 bool stream_is_capturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -38,19 +52,14 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
     o.last = append(t.last_page_len);
     o.map = append(level.seq_to_row);
     at.push_back(o);
+    // The host view of the level until its upload has device pointers to give it.
     CascadeLevelDesc& d = descs[l];
     d.table.num_rows = static_cast<std::int64_t>(t.last_page_len.size());
     d.table.page_size = P;
-    d.seq_lens.assign(static_cast<std::size_t>(S), 0);
-    std::vector<std::int64_t> users(static_cast<std::size_t>(d.table.num_rows), 0);
-    for (std::int64_t s = 0; s < S; ++s) {
-      const std::int32_t r = level.seq_to_row[static_cast<std::size_t>(s)];
-      if (r < 0) continue;
-      const auto ru = static_cast<std::size_t>(r);
-      const std::int64_t pages = t.indptr[ru + 1] - t.indptr[ru];
-      d.seq_lens[static_cast<std::size_t>(s)] = pages == 0 ? 0 : (pages - 1) * P + t.last_page_len[ru];
-      d.max_users = std::max(d.max_users, ++users[ru]);
-    }
+    d.table.indptr = t.indptr.data();
+    d.table.indices = t.indices.data();
+    d.table.last_page_len = t.last_page_len.data();
+    describe_level(d.table, level.seq_to_row.data(), S, d);
   }
   const CascadePlan plan = plan_cascade(base, descs, device);
   const std::size_t upload_bytes = packed.size() * sizeof(std::int32_t);
