@@ -123,18 +123,19 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
     lp.shared = level.max_users >= 2 && !positional(base) && prefill_unsupported(p).empty() &&
                 level.table.num_rows <= 65535;
     if (lp.shared) {
-      const std::int64_t rows = prefill_rows_per_cta();
+      const PrefillGeometry geometry = prefill_geometry(p, device);
+      const std::int64_t rows = geometry.rows_per_cta;
       const std::int64_t tiles = (level.max_users * base.group_size() + rows - 1) / rows;
       const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
       // One wave: as many CTAs as fit on the SMs at once. (Measured with the 8-warp v2 kernel,
       // one per SM: two or three waves were 20% and 40% slower.)
-      const std::int64_t wave = sms * prefill_ctas_per_sm(device);
+      const std::int64_t wave = sms * geometry.ctas_per_sm;
       std::int64_t splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, ctas));
       splits = std::min(splits, std::max<std::int64_t>(1, max_len / kMinSplitTokens));
       const std::int64_t state_bytes = S * Hq * D * static_cast<std::int64_t>(sizeof(float));
       splits = std::min(splits, std::max<std::int64_t>(
                                     1, kMaxStateBytes / state_bytes / static_cast<std::int64_t>(levels.size())));
-      const std::int64_t tile = prefill_tile_keys();
+      const std::int64_t tile = geometry.tile_keys;
       lp.split_tokens = ((max_len + splits - 1) / splits + tile - 1) / tile * tile;
       lp.splits = lp.split_tokens == 0 ? 1 : std::max<std::int64_t>(1, (max_len + lp.split_tokens - 1) / lp.split_tokens);
       if (lp.splits == 1) lp.split_tokens = 0;

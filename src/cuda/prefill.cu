@@ -1,12 +1,18 @@
 // Paged prefill on CUDA: which problems the tensor-core kernel covers, and its launch.
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "cuda/cuda_check.h"
 #include "cuda/kv_rows.h"
 #include "cuda/prefill.h"
 #include "cuda/prefill_mma_kernel.cuh"
 #include "cuda/prefill_mma_launch.h"
+#include "cuda/prefill_wgmma_launch.h"
 
 namespace pagedattn::cuda {
 
@@ -36,16 +42,58 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
   return {};
 }
 
-std::int64_t prefill_tile_keys() { return PrefillSmem<__nv_bfloat16, 128>::kKeys; }
-std::int64_t prefill_rows_per_cta() { return PrefillSmem<__nv_bfloat16, 128>::kRows; }
-std::int64_t prefill_ctas_per_sm(int device) {
-  // The kernel uses up to 255 registers per thread; its shared memory is PrefillSmem::kBytes.
+namespace {
+
+bool is_sm90(int device) {
+  // Cached: the attribute queries cost microseconds, prefill runs per layer and step.
+  static std::array<std::atomic<int>, 64> known{};  // 0 unknown, 1 no, 2 yes
+  if (device >= 0 && device < static_cast<int>(known.size()) && known[device].load() != 0) return known[device].load() == 2;
+  int major = 0, minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
+  const bool yes = major == 9 && minor == 0;
+  if (device >= 0 && device < static_cast<int>(known.size())) known[device].store(yes ? 2 : 1);
+  return yes;
+}
+
+bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
+#if defined(PAGEDATTN_WITH_SM90A)
+  const char* forced = std::getenv("PAGEDATTN_PREFILL_KERNEL");
+  if (forced != nullptr && std::string_view(forced) == "mma") return false;
+  const bool q_rows_aligned = reinterpret_cast<std::uintptr_t>(p.qo.q) % 16 == 0 && p.qo.q_token_stride % 8 == 0 &&
+                              p.qo.q_head_stride % 8 == 0;
+  return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim == WgmmaPrefillShape::kD &&
+         q_rows_aligned && is_sm90(device);
+#else
+  (void)p, (void)device;
+  return false;
+#endif
+}
+
+}  // namespace
+
+PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) {
   int regs = 0, smem = 0;
   check_cuda(cudaDeviceGetAttribute(&regs, cudaDevAttrMaxRegistersPerMultiprocessor, device), "registers per SM");
   check_cuda(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
-  constexpr std::int64_t kSmemPerCta = PrefillSmem<__nv_bfloat16, 128>::kBytes + 1024;  // + the CTA's reserve
-  const std::int64_t by_regs = regs / (kPrefillThreads * 256), by_smem = smem / kSmemPerCta;
-  return std::max<std::int64_t>(1, std::min(by_regs, by_smem));
+  PrefillGeometry g;
+  std::int64_t cta_regs = 0, cta_smem = 0;
+  if (hopper_kernel_fits(p, device)) {
+    g.hopper = true;
+    g.rows_per_cta = WgmmaPrefillShape::kRows;
+    g.tile_keys = WgmmaPrefillShape::kKeys;
+    cta_regs = 65536;  // launch bounds (384, 1): the whole register file
+    cta_smem = WgmmaPrefillShape::kBytes;
+  } else {
+    using Smem = PrefillSmem<__nv_bfloat16, 128>;
+    g.rows_per_cta = Smem::kRows;
+    g.tile_keys = Smem::kKeys;
+    cta_regs = kPrefillThreads * 256;  // up to 255 registers per thread
+    cta_smem = Smem::kBytes;
+  }
+  constexpr std::int64_t kReserve = 1024;  // shared memory the system keeps per CTA
+  g.ctas_per_sm = std::max<std::int64_t>(1, std::min(regs / cta_regs, smem / (cta_smem + kReserve)));
+  return g;
 }
 
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr, const PrefillSplit& split) {
@@ -53,8 +101,11 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
   if (p.num_seqs == 0 || max_q == 0) return;
   const std::string why = prefill_unsupported(p);
   check_supported(why.empty(), why);
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  const PrefillGeometry geometry = prefill_geometry(p, device);
   check_arg(split.splits >= 1 && p.num_kv_heads * split.splits <= 65535 &&
-                (split.splits == 1 || split.split_tokens % prefill_tile_keys() == 0),
+                (split.splits == 1 || split.split_tokens % geometry.tile_keys == 0),
             "prefill: bad KV split");
   PrefillKernelParams prm;
   prm.p = p;
@@ -63,10 +114,16 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
   prm.split_tokens = split.splits > 1 ? split.split_tokens : 0;
   prm.out_split_stride = split.out_split_stride;
   prm.lse_split_stride = split.lse_split_stride;
-  const std::int64_t rows = prefill_rows_per_cta();
+  const std::int64_t rows = geometry.rows_per_cta;
   const std::int64_t tiles = (max_q * p.group_size() + rows - 1) / rows;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads * split.splits),
                   static_cast<unsigned>(p.num_seqs));
+  if (geometry.hopper) {
+    if (p.kv.dtype == DType::kBF16) launch_paged_prefill_wgmma<__nv_bfloat16>(prm, grid, stream);
+    else launch_paged_prefill_wgmma<__half>(prm, grid, stream);
+    check_launch("paged_prefill_wgmma_kernel", stream);
+    return;
+  }
   const int d = static_cast<int>(p.head_dim);
   switch (p.kv.dtype) {
     case DType::kBF16: launch_paged_prefill_mma<__nv_bfloat16, __nv_bfloat16>(prm, d, grid, stream); break;

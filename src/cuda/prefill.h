@@ -16,20 +16,25 @@ std::string prefill_unsupported(const detail::AttentionProblem& p);
 struct PrefillSplit {
   const std::int32_t* q_index = nullptr;  // device; null: packed query i is token i
   std::int64_t splits = 1;
-  std::int64_t split_tokens = 0;          // a multiple of prefill_tile_keys(); 0 when splits == 1
+  std::int64_t split_tokens = 0;          // a multiple of the geometry's tile_keys; 0 when splits == 1
   std::int64_t out_split_stride = 0, lse_split_stride = 0;
 };
 
-// Keys per K/V tile: split boundaries fall on multiples of it.
-std::int64_t prefill_tile_keys();
-// Packed query rows (query token x group + head) per CTA.
-std::int64_t prefill_rows_per_cta();
-// CTAs of the bf16 / f16 head_dim 128 kernel that fit on one SM of `device` (registers and
-// shared memory).
-std::int64_t prefill_ctas_per_sm(int device);
+// How the prefill kernel chosen for a problem on a device cuts the work: the Hopper kernel
+// (wgmma, sm_90a) on compute capability 9.0 for bf16 / f16 caches of q's dtype at head_dim 128
+// with 16-byte aligned q rows, the mma.sync kernel otherwise (or when the environment variable
+// PAGEDATTN_PREFILL_KERNEL is "mma").
+struct PrefillGeometry {
+  bool hopper = false;
+  std::int64_t rows_per_cta = 0;  // packed query rows (query token x group + head)
+  std::int64_t tile_keys = 0;     // keys per K/V tile: split boundaries fall on multiples of it
+  std::int64_t ctas_per_sm = 0;   // that fit on one SM (registers and shared memory)
+};
+PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device);
 
 // p holds device pointers (p.qo_indptr included); max_q: the most queries of one sequence,
-// from the host copy of qo_indptr. Throws kUnsupported for problems the kernel does not cover.
+// from the host copy of qo_indptr. Runs on the current device. Throws kUnsupported for
+// problems the kernels do not cover.
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream,
              const PrefillSplit& split = {});
 

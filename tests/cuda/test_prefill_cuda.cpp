@@ -4,6 +4,8 @@
 // unsupported input rejected with nothing written.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,8 +80,38 @@ PrefillRun run_case(const Case& c) {
 
 class CudaPrefill : public ::testing::TestWithParam<Case> {};
 
+// Sets PAGEDATTN_PREFILL_KERNEL for the scope's lifetime (restores it afterwards).
+class ScopedKernelChoice {
+ public:
+  explicit ScopedKernelChoice(const char* value) {
+    if (const char* old = std::getenv(kName)) saved_ = old;
+    setenv(kName, value, 1);
+  }
+  ~ScopedKernelChoice() {
+    if (saved_) setenv(kName, saved_->c_str(), 1);
+    else unsetenv(kName);
+  }
+  ScopedKernelChoice(const ScopedKernelChoice&) = delete;
+  ScopedKernelChoice& operator=(const ScopedKernelChoice&) = delete;
+
+ private:
+  static constexpr const char* kName = "PAGEDATTN_PREFILL_KERNEL";
+  std::optional<std::string> saved_;
+};
+
+// The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 at head_dim 128.
 TEST_P(CudaPrefill, MatchesReference) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  const PrefillRun run = run_case(c);
+  test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
+  test::expect_close(run.got_lse, run.want_lse, 1e-3, "lse");
+}
+
+// The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and head_dim 64.
+TEST_P(CudaPrefill, MatchesReferenceOnMmaSyncKernel) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const ScopedKernelChoice mma("mma");
   const Case& c = GetParam();
   const PrefillRun run = run_case(c);
   test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
@@ -139,6 +171,22 @@ std::vector<Case> cases() {
   with([](Case& c) { c.kv = DType::kF8E5M2; c.q = DType::kF16; c.head_dim = 64; c.layout = KVLayout::kHND; c.csr = true; });
   // Long enough to stage page ids in several chunks (1024 pages at a time), page size 1.
   with([](Case& c) { c.page_size = 1; c.lens = {2500, 40}; c.queries = {300, 40}; });
+  // GQA 32/8 over many 128-key tiles (the Hopper kernel's two-stage ring wraps several times):
+  // a full prefill, an append, a chunk in the middle; causal, non-causal, windowed, f16, HND.
+  auto long_gqa = [&](auto&& set) {
+    with([&](Case& c) {
+      c.num_q_heads = 32;
+      c.num_kv_heads = 8;
+      c.lens = {1000, 2100, 513};
+      c.queries = {1000, 129, 257};
+      set(c);
+    });
+  };
+  long_gqa([](Case&) {});
+  long_gqa([](Case& c) { c.causal = false; });
+  long_gqa([](Case& c) { c.window = 300; c.sinks = true; });
+  long_gqa([](Case& c) { c.kv = DType::kF16; c.q = DType::kF16; c.layout = KVLayout::kHND; c.csr = true; });
+  long_gqa([](Case& c) { c.soft_cap = 20.0f; c.alibi = true; });
   return out;
 }
 

@@ -1,0 +1,31 @@
+// Internal: the Hopper (sm_90a) prefill kernel's shape and launcher (defined in prefill_wgmma_kernel.cuh,
+// instantiated in sm90a/prefill_wgmma_*.cu, which only the sm_90a target compiles).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace pagedattn::cuda {
+struct PrefillKernelParams;
+
+// The kernel's tiles and resources, for the host-side planners too.
+struct WgmmaPrefillShape {
+  static constexpr int kThreads = 384;  // producer + two consumer warpgroups
+  static constexpr int kRows = 128;     // packed query rows per CTA, 64 per consumer
+  static constexpr int kKeys = 128;     // keys per K/V tile
+  static constexpr int kD = 128;        // head_dim
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
+  static constexpr int kQBytes = kRows * kD * 2;
+  static constexpr int kTileBytes = kKeys * kD * 2;
+  static constexpr int kOffsetBytes = kKeys * 16;  // the producer's row offsets (K, V) of a tile
+  static constexpr int kBarrierBytes = 3 * kStages * 8;
+  // + 1024: the tiles are aligned to the swizzle period inside the dynamic allocation.
+  static constexpr int kBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + kOffsetBytes + kBarrierBytes;
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register budgets fit the SM");
+};
+
+// T: __nv_bfloat16 or __half (q and cache); head_dim 128.
+template <class T>
+void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream);
+}  // namespace pagedattn::cuda

@@ -1,0 +1,6 @@
+// Hopper wgmma prefill kernels for a bf16 cache and bf16 q (head_dim 128).
+#include "cuda/prefill_wgmma_kernel.cuh"
+
+namespace pagedattn::cuda {
+template void launch_paged_prefill_wgmma<__nv_bfloat16>(const PrefillKernelParams&, dim3, cudaStream_t);
+}  // namespace pagedattn::cuda

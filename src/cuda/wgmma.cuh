@@ -1,0 +1,150 @@
+// Internal (CUDA, sm_90a): Hopper's warpgroup MMA (wgmma) and the shared-memory barriers
+// (mbarrier) that pace a producer warpgroup against its consumers. Compiled only for the
+// sm_90a target (wgmma and setmaxnreg exist nowhere else).
+//
+// Shared-memory operands use the 128-byte swizzle: a tile of rows of 16-bit elements is
+// stored as column blocks of 64 elements (128 bytes per row), block b of an R-row tile at
+// b * R * 128 bytes, row r of a block at r * 128, and 16-byte chunk c of a row at chunk
+// position c ^ (r % 8). Every tile starts on a 1024-byte boundary (8 rows: one swizzle period).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace pagedattn::cuda::sm90 {
+
+// Byte offset of 16-byte chunk `chunk` (of 8 elements) of row `row` in a swizzled tile of
+// `rows` rows.
+__device__ __forceinline__ std::uint32_t swizzled_offset(int row, int chunk, int rows) {
+  return static_cast<std::uint32_t>((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start address, leading
+// and stride byte offsets (all in 16-byte units). K-major operands (the reduction dimension
+// contiguous: Q, K) ignore the leading offset and step 1024 bytes per 8 rows; MN-major ones
+// (V as the B of P V: keys are the reduction) step `leading` bytes per 64 columns and 1024 per
+// 8 keys.
+__device__ __forceinline__ std::uint64_t swizzled_descriptor(std::uint32_t address, std::uint32_t leading) {
+  return static_cast<std::uint64_t>((address & 0x3FFFF) >> 4) | (static_cast<std::uint64_t>(leading >> 4) << 16) |
+         (static_cast<std::uint64_t>(1024 >> 4) << 32) | (std::uint64_t{1} << 62);
+}
+
+// The 64 accumulator registers of an m64n128 tile, spelled out: inline PTX names every operand.
+#define PAGEDATTN_WGMMA_M64N128K16(TYPE, A_OPERAND, TRANSPOSE, ...)                         \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %65, 0;\n"                                      \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {"                  \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+      "}, " A_OPERAND ", %64, p, 1, 1" TRANSPOSE ";\n}\n"                                 \
+      :                                                                                \
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : __VA_ARGS__)
+
+// d (64 x 128, f32) (+)= A (64 x 16, shared, K-major) B (16 x 128, shared, K-major); d is
+// overwritten when accumulate is 0.
+template <class T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], std::uint64_t a_desc, std::uint64_t b_desc, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGEDATTN_WGMMA_M64N128K16("bf16", "%66", ", 0, 0", "l"(b_desc), "r"(accumulate), "l"(a_desc));
+  } else {
+    PAGEDATTN_WGMMA_M64N128K16("f16", "%66", ", 0, 0", "l"(b_desc), "r"(accumulate), "l"(a_desc));
+  }
+}
+
+// d (64 x 128, f32) += A (64 x 16, registers: the m16n8k16 A fragment of each warp's 16 rows)
+// B (16 x 128, shared, MN-major).
+template <class T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGEDATTN_WGMMA_M64N128K16("bf16", "{%66, %67, %68, %69}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
+                               "r"(a[2]), "r"(a[3]));
+  } else {
+    PAGEDATTN_WGMMA_M64N128K16("f16", "{%66, %67, %68, %69}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
+                               "r"(a[2]), "r"(a[3]));
+  }
+}
+
+#undef PAGEDATTN_WGMMA_M64N128K16
+
+// Before the first wgmma that reads registers written by ordinary instructions.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving reads or writes of accumulators across a wgmma wait.
+__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Generic-proxy writes to shared memory (ordinary stores) made visible to wgmma reads.
+__device__ __forceinline__ void fence_shared_for_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Per-warpgroup register budgets (need a register cap at entry: __launch_bounds__(n, 1)).
+template <int kRegs>
+__device__ __forceinline__ void shrink_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void grow_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// A barrier among `threads` threads of the CTA (id 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- mbarrier: phase-counting barriers in shared memory -------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// One arrival once all of this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void mbarrier_arrive_on_copies(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// Waits until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
+  const std::uint32_t address = smem_address(bar);
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// 16 bytes global -> shared, or 16 zero bytes when !valid (the source is then not read).
+__device__ __forceinline__ void cp_async_16_or_zeros(std::uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+}  // namespace pagedattn::cuda::sm90
