@@ -34,8 +34,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   unsigned char* s_q = smem;
   unsigned char* s_k = s_q + Shape::kQBytes;            // [stage]
   unsigned char* s_v = s_k + kStages * Shape::kTileBytes;  // [stage]
-  auto* s_offsets = reinterpret_cast<longlong2*>(s_v + kStages * Shape::kTileBytes);
-  auto* full_k = reinterpret_cast<std::uint64_t*>(s_offsets + kKeys);
+  auto* s_rows = reinterpret_cast<int2*>(s_v + kStages * Shape::kTileBytes);  // producer: (page, slot)
+  auto* full_k = reinterpret_cast<std::uint64_t*>(s_rows + kKeys);
   std::uint64_t* full_v = full_k + kStages;
   std::uint64_t* empty = full_v + kStages;
 
@@ -71,7 +71,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     }
   }
   __syncthreads();
-  const int warpgroup = threadIdx.x / 128, wt = threadIdx.x % 128;
+  // Through a shuffle, so that the compiler sees a warp-uniform value: wgmma in branches it
+  // cannot prove uniform are serialised.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  const int wt = threadIdx.x % 128;
   const int warp = wt / 32, lane = threadIdx.x & 31;
 
   if (warpgroup == 0) {
@@ -86,41 +89,39 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const auto k_page_stride = static_cast<std::int32_t>(ka.page_stride), v_page_stride = static_cast<std::int32_t>(va.page_stride);
     const auto k_token_stride = static_cast<std::int32_t>(ka.token_stride), v_token_stride = static_cast<std::int32_t>(va.token_stride);
     const auto P = static_cast<std::uint32_t>(p.kv.page_size);
-    // Each warp copies 32 rows of a tile: lane l finds row 32 * warp + l's page offsets, then
+    // Each warp copies 32 rows of a tile: lane l finds row 32 * warp + l's page and slot (a
+    // tile ahead, so the page-table load is in flight while the warp waits and copies), then
     // the warp copies two rows (16 lanes x 16 bytes each) per pass.
-    longlong2* my_offsets = s_offsets + warp * 32;
+    int2* my_rows = s_rows + warp * 32;
+    auto find_row = [&](int j) {
+      const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + warp * 32 + lane;
+      if (j >= n_tiles || t < t_begin || t >= t_end) return make_int2(-1, 0);
+      const auto key = static_cast<std::uint32_t>(t);
+      const std::uint32_t page_idx = prm.page_div.div(key);
+      return make_int2(static_cast<std::int32_t>(pages.page(page_idx)), static_cast<std::int32_t>(key - page_idx * P));
+    };
+    auto copy_tile = [&](std::uint32_t dst, const T* base, std::int32_t page_stride, std::int32_t token_stride) {
+#pragma unroll
+      for (int pass = 0; pass < 16; ++pass) {
+        const int r = 2 * pass + (lane >> 4);
+        const int2 row = my_rows[r];  // outside the keys: zeros (masked, never NaN)
+        const std::int64_t off = static_cast<std::int64_t>(row.x) * page_stride + row.y * token_stride;
+        sm90::cp_async_16_or_zeros(dst + sm90::swizzled_offset(warp * 32 + r, chunk, kKeys), base + (row.x >= 0 ? off : 0),
+                                   row.x >= 0);
+      }
+    };
+    int2 next = find_row(0);
     for (int j = 0; j < n_tiles; ++j) {
       const int stage = j % kStages;
-      const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + warp * 32 + lane;
-      longlong2 off = make_longlong2(-1, -1);
-      if (t >= t_begin && t < t_end) {
-        const auto key = static_cast<std::uint32_t>(t);
-        const std::uint32_t page_idx = prm.page_div.div(key);
-        const std::int32_t page = static_cast<std::int32_t>(pages.page(page_idx));
-        const auto slot = static_cast<std::int32_t>(key - page_idx * P);
-        off.x = static_cast<std::int64_t>(page) * k_page_stride + slot * k_token_stride;
-        off.y = static_cast<std::int64_t>(page) * v_page_stride + slot * v_token_stride;
-      }
       if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
-      __syncwarp();  // the warp's reads of the previous tile's offsets are done
-      my_offsets[lane] = off;
+      __syncwarp();  // the warp's reads of the previous tile's rows are done
+      my_rows[lane] = next;
       __syncwarp();
-      const std::uint32_t k_dst = sm90::smem_address(s_k + stage * Shape::kTileBytes);
-      const std::uint32_t v_dst = sm90::smem_address(s_v + stage * Shape::kTileBytes);
-#pragma unroll 4
-      for (int pass = 0; pass < 16; ++pass) {
-        const int r = 2 * pass + (lane >> 4), row = warp * 32 + r;
-        const std::int64_t o = my_offsets[r].x;  // outside the keys: zeros (masked, never NaN)
-        sm90::cp_async_16_or_zeros(k_dst + sm90::swizzled_offset(row, chunk, kKeys), k_base + max(o, std::int64_t{0}), o >= 0);
-      }
+      copy_tile(sm90::smem_address(s_k + stage * Shape::kTileBytes), k_base, k_page_stride, k_token_stride);
       sm90::mbarrier_arrive_on_copies(&full_k[stage]);
-#pragma unroll 4
-      for (int pass = 0; pass < 16; ++pass) {
-        const int r = 2 * pass + (lane >> 4), row = warp * 32 + r;
-        const std::int64_t o = my_offsets[r].y;
-        sm90::cp_async_16_or_zeros(v_dst + sm90::swizzled_offset(row, chunk, kKeys), v_base + max(o, std::int64_t{0}), o >= 0);
-      }
+      copy_tile(sm90::smem_address(s_v + stage * Shape::kTileBytes), v_base, v_page_stride, v_token_stride);
       sm90::mbarrier_arrive_on_copies(&full_v[stage]);
+      next = find_row(j + 1);
     }
     cp_async_wait<0>();
     return;
@@ -187,95 +188,142 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   const int t_begin32 = static_cast<int>(t_begin), t_end32 = static_cast<int>(t_end);
-
-  for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % kStages;
-    const unsigned parity = (j / kStages) & 1;
-    const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;  // the tile's first key
-    // Every consumer waits for every tile, so that its release counts in the right phase.
-    sm90::mbarrier_wait(&full_k[stage], parity);
-    if (wg_live && ts < wg_hi && ts + kKeys > wg_lo) {
-      float sc[64];
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(stage, kk), kk > 0);
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(sc);
-
-      // Accumulator i * 4 + e: row gid + 8 * (e / 2), key ts + 8 * i + 2 * tig + e % 2.
-      const bool open = ts >= open_lo && ts + kKeys <= open_hi;
-      float rmax[2] = {kNegInf, kNegInf};
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const int dt = 8 * i + 2 * tig + (e & 1);
-          // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
-          float x = sc[4 * i + e];
-          if constexpr (!kPlain) {
-            x *= s_mul;
-            if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
-            x = (x + slope[r] * static_cast<float>(static_cast<int>(ts) + dt - pos[r])) * kLog2e;
-          }
-          if (!open) {  // positions fit 31 bits
-            const int t = static_cast<int>(ts) + dt;
-            bool ok = live[r] && t >= t_begin32 && t < t_end32;
-            if (p.variant.causal) ok = ok && t <= pos[r];
-            if (p.variant.window_left >= 0) ok = ok && t >= pos[r] - p.variant.window_left;
-            x = ok ? x : kNegInf;
-          }
-          sc[4 * i + e] = x;
-          rmax[r] = fmaxf(rmax[r], x);
-        }
-      }
-      const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
-      float corr[2], m_sub[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
-        rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
-        const float m_new = fmaxf(m[r], rmax[r] * p_mul);  // s_mul > 0 keeps the order
-        corr[r] = m_new == kNegInf ? 1.0f : fast_exp2(m[r] - m_new);
-        m[r] = m_new;
-        l[r] *= corr[r];
-        // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
-        m_sub[r] = m[r] == kNegInf ? 0.0f : m[r];
-      }
-      std::uint32_t pa[kKeys / 16][4];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          sc[4 * i + e] = fast_exp2(fmaf(sc[4 * i + e], p_mul, -m_sub[r]));
-          l[r] += sc[4 * i + e];
-        }
-        o[4 * i] *= corr[0], o[4 * i + 1] *= corr[0];
-        o[4 * i + 2] *= corr[1], o[4 * i + 3] *= corr[1];
-      }
-      // P as the A fragments of 16-key steps: n-blocks 2 ks and 2 ks + 1 of the accumulators.
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) {
-        pa[ks][0] = pack2<T>(sc[8 * ks], sc[8 * ks + 1]);
-        pa[ks][1] = pack2<T>(sc[8 * ks + 2], sc[8 * ks + 3]);
-        pa[ks][2] = pack2<T>(sc[8 * ks + 4], sc[8 * ks + 5]);
-        pa[ks][3] = pack2<T>(sc[8 * ks + 6], sc[8 * ks + 7]);
-      }
-      sm90::mbarrier_wait(&full_v[stage], parity);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) sm90::wgmma_rs<T>(o, pa[ks], v_desc(stage, ks));
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(o);
-    } else {
-      sm90::mbarrier_wait(&full_v[stage], parity);
-    }
+  auto wait_k = [&](int j) { sm90::mbarrier_wait(&full_k[j % kStages], (j / kStages) & 1); };
+  auto wait_v = [&](int j) { sm90::mbarrier_wait(&full_v[j % kStages], (j / kStages) & 1); };
+  auto release = [&](int j) {
     __syncwarp();
-    if (lane == 0) sm90::mbarrier_arrive(&empty[stage]);
+    if (lane == 0) sm90::mbarrier_arrive(&empty[j % kStages]);
+  };
+  // Every consumer waits for every tile, also those it skips, so that each release counts in
+  // the right phase of the stage's barrier.
+  auto skip = [&](int j) { wait_k(j), wait_v(j), release(j); };
+
+  float sc[64];                     // S of the current tile, then its P in f32
+  std::uint32_t pa[kKeys / 16][4];  // P of the previous tile as A fragments of 16-key steps
+  auto issue_s = [&](int j) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(j % kStages, kk), kk > 0);
+    sm90::wgmma_commit();
+  };
+  auto issue_pv = [&](int j) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) sm90::wgmma_rs<T>(o, pa[ks], v_desc(j % kStages, ks));
+    sm90::wgmma_commit();
+  };
+  auto pv_done = [&] {
+    sm90::fence_registers(o);
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) sm90::fence_registers(pa[ks]);
+  };
+  // The online softmax of tile j's logits in sc, without branches (it runs while the previous
+  // tile's P V is in flight, and the compiler serialises wgmma around divergent code). Returns
+  // the factors the rows' outputs take.
+  auto softmax = [&](int j, auto masked_c, float (&corr)[2]) {
+    constexpr bool kMasked = decltype(masked_c)::value;
+    const int ts = static_cast<int>(t_lo) + j * kKeys;  // the tile's first key; positions fit 31 bits
+    float rmax[2] = {kNegInf, kNegInf};
+    // Accumulator i * 4 + e: row gid + 8 * (e / 2), key ts + 8 * i + 2 * tig + e % 2.
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const int t = ts + 8 * i + 2 * tig + (e & 1);
+        // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
+        float x = sc[4 * i + e];
+        if constexpr (!kPlain) {
+          x *= s_mul;
+          x = soft_cap > 0.0f ? soft_cap * tanhf(x / soft_cap) : x;
+          x = (x + slope[r] * static_cast<float>(t - pos[r])) * kLog2e;
+        }
+        if constexpr (kMasked) {
+          const bool ok = live[r] && t >= t_begin32 && t < t_end32 && (!p.variant.causal || t <= pos[r]) &&
+                          (p.variant.window_left < 0 || t >= pos[r] - p.variant.window_left);
+          x = ok ? x : kNegInf;
+        }
+        sc[4 * i + e] = x;
+        rmax[r] = fmaxf(rmax[r], x);
+      }
+    }
+    const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
+    float m_sub[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
+      rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
+      const float m_new = fmaxf(m[r], rmax[r] * p_mul);  // s_mul > 0 keeps the order
+      corr[r] = m_new == kNegInf ? 1.0f : fast_exp2(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= corr[r];
+      // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
+      m_sub[r] = m[r] == kNegInf ? 0.0f : m[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      sc[i] = fast_exp2(fmaf(sc[i], p_mul, -m_sub[(i >> 1) & 1]));
+      l[(i >> 1) & 1] += sc[i];
+    }
+  };
+  // O takes the factors; P (sc) becomes the A fragments: n-blocks 2 ks and 2 ks + 1.
+  auto rescale_and_pack = [&](const float (&corr)[2]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+      pa[ks][0] = pack2<T>(sc[8 * ks], sc[8 * ks + 1]);
+      pa[ks][1] = pack2<T>(sc[8 * ks + 2], sc[8 * ks + 3]);
+      pa[ks][2] = pack2<T>(sc[8 * ks + 4], sc[8 * ks + 5]);
+      pa[ks][3] = pack2<T>(sc[8 * ks + 6], sc[8 * ks + 7]);
+    }
+  };
+  auto masked = [&](int j) {
+    const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+    return !(ts >= open_lo && ts + kKeys <= open_hi);
+  };
+
+  // The tiles this warpgroup needs are [j_first, j_last]: after the first, tile j's S = Q K^T
+  // and softmax run while tile j - 1's P V is on the tensor cores.
+  int j_first = n_tiles, j_last = n_tiles - 1;
+  if (wg_live && wg_hi > wg_lo) {
+    j_first = static_cast<int>((wg_lo - t_lo) / kKeys);
+    j_last = min(n_tiles - 1, static_cast<int>(ceil_div(wg_hi - t_lo, kKeys)) - 1);
   }
+  for (int j = 0; j < j_first; ++j) skip(j);
+  if (j_first <= j_last) {
+    float corr[2];
+    wait_k(j_first);
+    issue_s(j_first);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(sc);
+    if (masked(j_first)) softmax(j_first, std::true_type{}, corr);
+    else softmax(j_first, std::false_type{}, corr);
+    rescale_and_pack(corr);
+    for (int j = j_first + 1; j <= j_last; ++j) {
+      wait_k(j);
+      wait_v(j - 1);
+      auto step = [&](auto masked_c) {
+        issue_s(j);
+        issue_pv(j - 1);
+        sm90::wgmma_wait<1>();  // S is done; the previous tile's P V may still run
+        sm90::fence_registers(sc);
+        softmax(j, masked_c, corr);
+        sm90::wgmma_wait<0>();  // O and P are free again
+        pv_done();
+      };
+      if (masked(j)) step(std::true_type{});
+      else step(std::false_type{});
+      release(j - 1);
+      rescale_and_pack(corr);
+    }
+    wait_v(j_last);
+    issue_pv(j_last);
+    sm90::wgmma_wait<0>();
+    pv_done();
+    release(j_last);
+  }
+  for (int j = j_last + 1; j < n_tiles; ++j) skip(j);
 
   // Row sums were accumulated per lane: complete them across the quad.
 #pragma unroll

@@ -13,14 +13,15 @@ struct WgmmaPrefillShape {
   static constexpr int kRows = 128;     // packed query rows per CTA, 64 per consumer
   static constexpr int kKeys = 128;     // keys per K/V tile
   static constexpr int kD = 128;        // head_dim
-  static constexpr int kStages = 2;
+  static constexpr int kStages = 3;
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kRows * kD * 2;
   static constexpr int kTileBytes = kKeys * kD * 2;
-  static constexpr int kOffsetBytes = kKeys * 16;  // the producer's row offsets (K, V) of a tile
+  static constexpr int kOffsetBytes = kKeys * 8;  // the producer's rows of a tile (page, slot)
   static constexpr int kBarrierBytes = 3 * kStages * 8;
   // + 1024: the tiles are aligned to the swizzle period inside the dynamic allocation.
   static constexpr int kBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + kOffsetBytes + kBarrierBytes;
+  static_assert(kBytes <= 227 * 1024, "fits one SM's shared memory");
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register budgets fit the SM");
 };

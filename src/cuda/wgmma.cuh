@@ -90,10 +90,14 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// Keeps the compiler from moving reads or writes of accumulators across a wgmma wait.
+// Keeps the compiler from moving reads or writes of wgmma operands across a wgmma wait.
 __device__ __forceinline__ void fence_registers(float (&d)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_registers(std::uint32_t (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 // Generic-proxy writes to shared memory (ordinary stores) made visible to wgmma reads.
