@@ -18,6 +18,9 @@
 #include "cuda/prefill_wgmma_launch.h"
 #include "cuda/wgmma.cuh"
 
+#ifndef PAGEDATTN_EXP
+#define PAGEDATTN_EXP 0
+#endif
 namespace pagedattn::cuda {
 
 // T: bf16 or f16 (q and cache); kPlain: no soft-cap and no ALiBi. Grid as the mma.sync kernel:
@@ -117,9 +120,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       __syncwarp();  // the warp's reads of the previous tile's rows are done
       my_rows[lane] = next;
       __syncwarp();
+#if PAGEDATTN_EXP != 1
       copy_tile(sm90::smem_address(s_k + stage * Shape::kTileBytes), k_base, k_page_stride, k_token_stride);
+#endif
       sm90::mbarrier_arrive_on_copies(&full_k[stage]);
+#if PAGEDATTN_EXP != 1
       copy_tile(sm90::smem_address(s_v + stage * Shape::kTileBytes), v_base, v_page_stride, v_token_stride);
+#endif
       sm90::mbarrier_arrive_on_copies(&full_v[stage]);
       next = find_row(j + 1);
     }
@@ -132,17 +139,25 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const int consumer = warpgroup - 1;
   const std::int64_t wg_row0 = row0 + 64 * consumer;
   auto query_token = [&](std::int64_t i) -> std::int64_t { return prm.q_index ? prm.q_index[q0 + i] : q0 + i; };
-  // Q rows into shared memory (16 threads per 256-byte row; dead rows zero).
-  for (int i = wt; i < 64 * Shape::kChunks; i += 128) {
-    const int r = i / Shape::kChunks, c = i % Shape::kChunks;
+  // Q rows into shared memory (16 threads per 256-byte row; dead rows zero). All loads are in
+  // flight before the first store: one after another they cost a memory latency each.
+  constexpr int kQLoads = 64 * Shape::kChunks / 128;
+  uint4 qv[kQLoads];
+#pragma unroll
+  for (int k = 0; k < kQLoads; ++k) {
+    const int i = wt + 128 * k, r = i / Shape::kChunks, c = i % Shape::kChunks;
     const std::int64_t packed = wg_row0 + r, tok = packed / group;
-    uint4 v = make_uint4(0, 0, 0, 0);
+    qv[k] = make_uint4(0, 0, 0, 0);
     if (tok < n_q) {
       const std::int64_t head = kv_head * group + packed % group;
-      v = *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.qo.q) + query_token(tok) * p.qo.q_token_stride +
-                                          head * p.qo.q_head_stride + c * 8);
+      qv[k] = *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.qo.q) + query_token(tok) * p.qo.q_token_stride +
+                                              head * p.qo.q_head_stride + c * 8);
     }
-    *reinterpret_cast<uint4*>(s_q + sm90::swizzled_offset(64 * consumer + r, c, kRows)) = v;
+  }
+#pragma unroll
+  for (int k = 0; k < kQLoads; ++k) {
+    const int i = wt + 128 * k;
+    *reinterpret_cast<uint4*>(s_q + sm90::swizzled_offset(64 * consumer + i / Shape::kChunks, i % Shape::kChunks, kRows)) = qv[k];
   }
   sm90::fence_shared_for_async();
   sm90::named_barrier(1 + consumer, 128);
@@ -286,7 +301,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   // The tiles this warpgroup needs are [j_first, j_last]: after the first, tile j's S = Q K^T
   // and softmax run while tile j - 1's P V is on the tensor cores.
   int j_first = n_tiles, j_last = n_tiles - 1;
-  if (wg_live && wg_hi > wg_lo) {
+  if (PAGEDATTN_EXP != 2 && wg_live && wg_hi > wg_lo) {
     j_first = static_cast<int>((wg_lo - t_lo) / kKeys);
     j_last = min(n_tiles - 1, static_cast<int>(ceil_div(wg_hi - t_lo, kKeys)) - 1);
   }
@@ -342,10 +357,19 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const float inv = L > 0.0f ? scale_o / L : 0.0f;
     const std::int64_t q_tok = query_token(tok[r]);
     std::byte* o_row = out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
+    // Pairs of q's dtype in one 4-byte store where the row allows it.
+    constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
+    if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig, o[4 * i + 2 * r] * inv);
-      store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, o[4 * i + 2 * r + 1] * inv);
+      for (int i = 0; i < 16; ++i) {
+        *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<T>(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig, o[4 * i + 2 * r] * inv);
+        store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, o[4 * i + 2 * r + 1] * inv);
+      }
     }
     if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] = natural_lse(M, L);
   }
