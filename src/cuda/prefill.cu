@@ -62,8 +62,14 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
   if (forced != nullptr && std::string_view(forced) == "mma") return false;
   const bool q_rows_aligned = reinterpret_cast<std::uintptr_t>(p.qo.q) % 16 == 0 && p.qo.q_token_stride % 8 == 0 &&
                               p.qo.q_head_stride % 8 == 0;
+  // The producer keeps each row's offset in 16-byte units in 32 bits.
+  auto offsets_fit = [&](const detail::KVTensorAccess& t) {
+    const std::int64_t last = (p.kv.num_pages - 1) * t.page_stride + (p.kv.num_kv_heads - 1) * t.head_stride +
+                              (p.kv.page_size - 1) * t.token_stride;
+    return last / 8 < std::int64_t{0xffffffff};
+  };
   return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim == WgmmaPrefillShape::kD &&
-         q_rows_aligned && is_sm90(device);
+         q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
 #else
   (void)p, (void)device;
   return false;

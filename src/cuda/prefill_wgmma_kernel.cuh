@@ -18,9 +18,6 @@
 #include "cuda/prefill_wgmma_launch.h"
 #include "cuda/wgmma.cuh"
 
-#ifndef PAGEDATTN_EXP
-#define PAGEDATTN_EXP 0
-#endif
 namespace pagedattn::cuda {
 
 // T: bf16 or f16 (q and cache); kPlain: no soft-cap and no ALiBi. Grid as the mma.sync kernel:
@@ -37,7 +34,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   unsigned char* s_q = smem;
   unsigned char* s_k = s_q + Shape::kQBytes;            // [stage]
   unsigned char* s_v = s_k + kStages * Shape::kTileBytes;  // [stage]
-  auto* s_rows = reinterpret_cast<int2*>(s_v + kStages * Shape::kTileBytes);  // producer: (page, slot)
+  auto* s_rows = reinterpret_cast<uint2*>(s_v + kStages * Shape::kTileBytes);  // producer: K, V offsets
   auto* full_k = reinterpret_cast<std::uint64_t*>(s_rows + kKeys);
   std::uint64_t* full_v = full_k + kStages;
   std::uint64_t* empty = full_v + kStages;
@@ -88,45 +85,52 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const int chunk = lane & 15;  // the 16-byte chunk of a row this thread copies
     const T* k_base = reinterpret_cast<const T*>(ka.data) + ka.offset(0, kv_head, 0, chunk * 8);
     const T* v_base = reinterpret_cast<const T*>(va.data) + va.offset(0, kv_head, 0, chunk * 8);
-    // The host checked that page and token strides fit 31 bits.
+    // The host checked that page and token strides fit 31 bits and that every row's offset in
+    // 16-byte units fits 32 bits.
     const auto k_page_stride = static_cast<std::int32_t>(ka.page_stride), v_page_stride = static_cast<std::int32_t>(va.page_stride);
     const auto k_token_stride = static_cast<std::int32_t>(ka.token_stride), v_token_stride = static_cast<std::int32_t>(va.token_stride);
     const auto P = static_cast<std::uint32_t>(p.kv.page_size);
-    // Each warp copies 32 rows of a tile: lane l finds row 32 * warp + l's page and slot (a
-    // tile ahead, so the page-table load is in flight while the warp waits and copies), then
-    // the warp copies two rows (16 lanes x 16 bytes each) per pass.
-    int2* my_rows = s_rows + warp * 32;
+    constexpr std::uint32_t kOutside = 0xffffffffu;
+    // Each warp copies 32 rows of a tile: lane l finds row 32 * warp + l's K and V offsets in
+    // 16-byte units (a tile ahead, so the page-table load is in flight while the warp waits and
+    // copies), then the warp copies two rows (16 lanes x 16 bytes each) per pass.
+    uint2* my_rows = s_rows + warp * 32;
     auto find_row = [&](int j) {
       const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + warp * 32 + lane;
-      if (j >= n_tiles || t < t_begin || t >= t_end) return make_int2(-1, 0);
+      if (j >= n_tiles || t < t_begin || t >= t_end) return make_uint2(kOutside, kOutside);
       const auto key = static_cast<std::uint32_t>(t);
       const std::uint32_t page_idx = prm.page_div.div(key);
-      return make_int2(static_cast<std::int32_t>(pages.page(page_idx)), static_cast<std::int32_t>(key - page_idx * P));
+      const std::int64_t page = pages.page(page_idx);
+      const auto slot = static_cast<std::int32_t>(key - page_idx * P);
+      return make_uint2(static_cast<std::uint32_t>((page * k_page_stride + slot * k_token_stride) >> 3),
+                        static_cast<std::uint32_t>((page * v_page_stride + slot * v_token_stride) >> 3));
     };
-    auto copy_tile = [&](std::uint32_t dst, const T* base, std::int32_t page_stride, std::int32_t token_stride) {
+    // This thread's destinations: row 32 * warp + 2 * pass + hi, chunk `chunk`; the swizzle
+    // term depends on the pass only through pass % 4.
+    const int hi = lane >> 4;
+    const std::uint32_t dst_base = (chunk >> 3) * kKeys * 128 + (warp * 32 + hi) * 128;
+    std::uint32_t swizzle[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) swizzle[q] = ((chunk & 7) ^ ((2 * q + hi) & 7)) << 4;
+    auto copy_tile = [&](std::uint32_t tile, const T* base, auto is_v) {
 #pragma unroll
       for (int pass = 0; pass < 16; ++pass) {
-        const int r = 2 * pass + (lane >> 4);
-        const int2 row = my_rows[r];  // outside the keys: zeros (masked, never NaN)
-        const std::int64_t off = static_cast<std::int64_t>(row.x) * page_stride + row.y * token_stride;
-        sm90::cp_async_16_or_zeros(dst + sm90::swizzled_offset(warp * 32 + r, chunk, kKeys), base + (row.x >= 0 ? off : 0),
-                                   row.x >= 0);
+        const uint2 row = my_rows[2 * pass + hi];
+        const std::uint32_t off = decltype(is_v)::value ? row.y : row.x;  // outside the keys: zeros (masked, never NaN)
+        sm90::cp_async_16_or_zeros(tile + dst_base + pass * 256 + swizzle[pass & 3],
+                                   base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8, off != kOutside);
       }
     };
-    int2 next = find_row(0);
+    uint2 next = find_row(0);
     for (int j = 0; j < n_tiles; ++j) {
       const int stage = j % kStages;
       if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
       __syncwarp();  // the warp's reads of the previous tile's rows are done
       my_rows[lane] = next;
       __syncwarp();
-#if PAGEDATTN_EXP != 1
-      copy_tile(sm90::smem_address(s_k + stage * Shape::kTileBytes), k_base, k_page_stride, k_token_stride);
-#endif
+      copy_tile(sm90::smem_address(s_k + stage * Shape::kTileBytes), k_base, std::false_type{});
       sm90::mbarrier_arrive_on_copies(&full_k[stage]);
-#if PAGEDATTN_EXP != 1
-      copy_tile(sm90::smem_address(s_v + stage * Shape::kTileBytes), v_base, v_page_stride, v_token_stride);
-#endif
+      copy_tile(sm90::smem_address(s_v + stage * Shape::kTileBytes), v_base, std::true_type{});
       sm90::mbarrier_arrive_on_copies(&full_v[stage]);
       next = find_row(j + 1);
     }
@@ -301,7 +305,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   // The tiles this warpgroup needs are [j_first, j_last]: after the first, tile j's S = Q K^T
   // and softmax run while tile j - 1's P V is on the tensor cores.
   int j_first = n_tiles, j_last = n_tiles - 1;
-  if (PAGEDATTN_EXP != 2 && wg_live && wg_hi > wg_lo) {
+  if (wg_live && wg_hi > wg_lo) {
     j_first = static_cast<int>((wg_lo - t_lo) / kKeys);
     j_last = min(n_tiles - 1, static_cast<int>(ceil_div(wg_hi - t_lo, kKeys)) - 1);
   }

@@ -17,7 +17,7 @@ struct WgmmaPrefillShape {
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kRows * kD * 2;
   static constexpr int kTileBytes = kKeys * kD * 2;
-  static constexpr int kOffsetBytes = kKeys * 8;  // the producer's rows of a tile (page, slot)
+  static constexpr int kOffsetBytes = kKeys * 8;  // the producer's rows of a tile (K, V offsets)
   static constexpr int kBarrierBytes = 3 * kStages * 8;
   // + 1024: the tiles are aligned to the swizzle period inside the dynamic allocation.
   static constexpr int kBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + kOffsetBytes + kBarrierBytes;
