@@ -8,8 +8,10 @@
 // - two consumers of 64 rows each compute S = Q K^T with wgmma (Q and K from shared memory),
 //   the online softmax on the accumulators, and O += P V with wgmma (P from registers, V from
 //   shared memory read MN-major), then release the stage on its "empty" barrier.
-// The two consumers run out of phase, so one's softmax overlaps the other's matrix work.
+// Inside a consumer, tile j's S and softmax overlap tile j-1's P V; the two consumers issue
+// their matrix work in turns (named barriers), so one's softmax overlaps the other's wgmma.
 // Register budgets are moved from the producer to the consumers with setmaxnreg.
+// Design log and measurements: docs/perf-notes.md (CUDA prefill, v5 onwards).
 #pragma once
 
 #include "cuda/decode_kernel.cuh"
@@ -180,13 +182,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     pos[r] = static_cast<int>(first_pos + tok[r]);
     slope[r] = (live[r] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[head[r]] : 0.0f;
   }
-  // The warpgroup's key limits: tiles outside [wg_lo, wg_hi) are skipped; tiles inside
-  // [open_lo, open_hi) are seen whole by every live row and need no mask.
-  const bool wg_live = wg_row0 < n_q * group;
+  // Tiles inside [open_lo, open_hi) are seen whole by every live row of the warpgroup and need
+  // no mask.
   const std::int64_t wg_first = wg_row0 / group, wg_last = min(n_q - 1, (wg_row0 + 63) / group);
   auto hi_of = [&](std::int64_t tk) { return p.variant.causal ? min(kv_len, first_pos + tk + 1) : kv_len; };
   auto lo_of = [&](std::int64_t tk) { return p.variant.window_left >= 0 ? first_pos + tk - p.variant.window_left : std::int64_t{0}; };
-  const std::int64_t wg_hi = min(hi_of(wg_last), t_end), wg_lo = max(lo_of(wg_first), t_begin);
   const std::int64_t open_hi = min(hi_of(wg_first), t_end), open_lo = max(lo_of(wg_last), t_begin);
 
   const float s_mul = p.variant.scale * (kPlain ? kLog2e : 1.0f);
@@ -213,9 +213,6 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     __syncwarp();
     if (lane == 0) sm90::mbarrier_arrive(&empty[j % kStages]);
   };
-  // Every consumer waits for every tile, also those it skips, so that each release counts in
-  // the right phase of the stage's barrier.
-  auto skip = [&](int j) { wait_k(j), wait_v(j), release(j); };
 
   float sc[64];                     // S of the current tile, then its P in f32
   std::uint32_t pa[kKeys / 16][4];  // P of the previous tile as A fragments of 16-key steps
@@ -302,18 +299,27 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     return !(ts >= open_lo && ts + kKeys <= open_hi);
   };
 
-  // The tiles this warpgroup needs are [j_first, j_last]: after the first, tile j's S = Q K^T
-  // and softmax run while tile j - 1's P V is on the tensor cores.
-  int j_first = n_tiles, j_last = n_tiles - 1;
-  if (wg_live && wg_hi > wg_lo) {
-    j_first = static_cast<int>((wg_lo - t_lo) / kKeys);
-    j_last = min(n_tiles - 1, static_cast<int>(ceil_div(wg_hi - t_lo, kKeys)) - 1);
-  }
-  for (int j = 0; j < j_first; ++j) skip(j);
+  // Both warpgroups take every tile of the CTA (a tile one of them does not need is masked
+  // whole for it) and issue their matrix work in turns, so that one's softmax runs while the
+  // other's wgmma are on the tensor cores: warpgroup c waits on barrier 3 + c for its turn
+  // and hands the turn over on the other's barrier. Consumer 1 opens with a hand-over so that
+  // consumer 0 starts; its last hand-over is left out, so each barrier sees as many arrivals
+  // as waits.
+  const int turns = n_tiles;
+  auto my_turn = [&] { sm90::named_barrier(3 + consumer, 256); };
+  auto hand_over = [&](int j) {
+    if (consumer == 0 || j + 1 < turns) sm90::named_barrier_arrive(3 + (1 - consumer), 256);
+  };
+  if (consumer == 1 && turns > 0) sm90::named_barrier_arrive(3, 256);
+  const int j_first = 0, j_last = n_tiles - 1;
+  // After the first tile, tile j's S = Q K^T and softmax run while tile j - 1's P V is on the
+  // tensor cores.
   if (j_first <= j_last) {
     float corr[2];
     wait_k(j_first);
+    my_turn();
     issue_s(j_first);
+    hand_over(j_first);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(sc);
     if (masked(j_first)) softmax(j_first, std::true_type{}, corr);
@@ -323,8 +329,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       wait_k(j);
       wait_v(j - 1);
       auto step = [&](auto masked_c) {
+        my_turn();
         issue_s(j);
         issue_pv(j - 1);
+        hand_over(j);
         sm90::wgmma_wait<1>();  // S is done; the previous tile's P V may still run
         sm90::fence_registers(sc);
         softmax(j, masked_c, corr);
@@ -342,7 +350,6 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     pv_done();
     release(j_last);
   }
-  for (int j = j_last + 1; j < n_tiles; ++j) skip(j);
 
   // Row sums were accumulated per lane: complete them across the quad.
 #pragma unroll

@@ -115,9 +115,13 @@ __device__ __forceinline__ void grow_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// A barrier among `threads` threads of the CTA (id 0 is __syncthreads').
+// A barrier among `threads` threads of the CTA (id 0 is __syncthreads'): wait for it, or
+// only arrive.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- mbarrier: phase-counting barriers in shared memory -------------------------------------
