@@ -61,13 +61,23 @@ CsrPageTableData to_csr(const BlockTable& table, std::int64_t page_size) {
       return "seq_lens[" + std::to_string(s) + "] = " + std::to_string(len) + " does not fit in " +
           std::to_string(max_pages) + " pages of " + std::to_string(page_size);
     });
-    for (std::int64_t j = 0; j < pages; ++j) {
-      const std::int32_t id = bt[s * row_stride + j * col_stride];
+    // Copy the row, then one branch-free scan for negative ids (it vectorises); the message
+    // names the entry only when there is one.
+    const std::size_t first = out.indices.size();
+    const std::int32_t* row = bt + s * row_stride;
+    if (col_stride == 1) {
+      out.indices.insert(out.indices.end(), row, row + pages);
+    } else {
+      for (std::int64_t j = 0; j < pages; ++j) out.indices.push_back(row[j * col_stride]);
+    }
+    bool negative = false;
+    for (std::size_t i = first; i < out.indices.size(); ++i) negative |= out.indices[i] < 0;
+    for (std::int64_t j = 0; negative && j < pages; ++j) {
+      const std::int32_t id = out.indices[first + static_cast<std::size_t>(j)];
       check_arg(id >= 0, [&] {
         return "block_table[" + std::to_string(s) + ", " + std::to_string(j) + "] is " + std::to_string(id) +
             " but the sequence uses that page";
       });
-      out.indices.push_back(id);
     }
     check_arg(out.indices.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
               "too many pages for an i32 indptr");

@@ -159,11 +159,23 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
   const Context& where = ctx.device.type == DeviceType::kCPU ? ctx : host;
   PageTableAccess a;
   a.page_size = kv.page_size;
-  auto check_page = [&](std::int64_t page, std::int64_t row, std::int64_t j) {
-    check_arg(page >= 0 && page < kv.num_pages, [&] {
-      return n + ": page id " + str(page) + " (row " + str(row) + ", page " + str(j) +
-          ") is out of range [0, " + str(kv.num_pages) + ")";
-    });
+  // A row's page ids: a branch-free scan first (it vectorises: tables of 10^5 ids are checked on
+  // every call), the per-entry check with its message only when some id is out of range.
+  auto check_pages = [&](const std::int32_t* pages, std::int64_t count, std::int64_t stride, std::int64_t row) {
+    bool bad = false;
+    if (stride == 1) {  // the common case, kept apart so that it vectorises
+      for (std::int64_t j = 0; j < count; ++j) bad |= (pages[j] < 0) | (pages[j] >= kv.num_pages);
+    } else {
+      for (std::int64_t j = 0; j < count; ++j) bad |= (pages[j * stride] < 0) | (pages[j * stride] >= kv.num_pages);
+    }
+    if (!bad) return;
+    for (std::int64_t j = 0; j < count; ++j) {
+      const std::int64_t page = pages[j * stride];
+      check_arg(page >= 0 && page < kv.num_pages, [&] {
+        return n + ": page id " + str(page) + " (row " + str(row) + ", page " + str(j) +
+            ") is out of range [0, " + str(kv.num_pages) + ")";
+      });
+    }
   };
   if (const auto* bt = std::get_if<BlockTable>(&table)) {
     check_tensor(where, bt->block_table, n + ".block_table", {DType::kI32}, 2);
@@ -190,7 +202,7 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
             " pages of " + str(kv.page_size) + " tokens";
       });
       const SeqPages row = a.row(r);
-      for (std::int64_t j = 0; j * kv.page_size < len; ++j) check_page(row.page(j), r, j);
+      check_pages(row.pages, (len + kv.page_size - 1) / kv.page_size, row.stride, r);
     }
     return a;
   }
@@ -225,7 +237,7 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
             "]";
       });
     }
-    for (std::int64_t j = begin; j < end; ++j) check_page(a.indices[j], r, j - begin);
+    check_pages(a.indices + begin, end - begin, 1, r);
   }
   return a;
 }
