@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/prefill.h"
 #include "device_buffer.h"
 #include "expect_error.h"
 #include "paged_problem.h"
@@ -194,6 +195,40 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefill, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::to_string(info.index) + "_" + name_of(info.param);
                          });
+
+// The kernel choice itself: on compute capability 9.0, bf16 / f16 caches of q's dtype at
+// head_dim 128 go to the Hopper kernel (128-key tiles); fp8, head_dim 64, misaligned q rows and
+// PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles), as does every other device.
+TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  int major = 0, minor = 0;
+  test::cuda_ok(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "major");
+  test::cuda_ok(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "minor");
+  const bool hopper = major == 9 && minor == 0;
+  detail::AttentionProblem p;
+  p.num_q_heads = 32, p.num_kv_heads = 8, p.head_dim = 128;
+  p.qo.q_dtype = p.kv.dtype = DType::kBF16;
+  p.qo.q_token_stride = 32 * 128, p.qo.q_head_stride = 128;
+  p.kv.num_pages = 1000, p.kv.page_size = 16, p.kv.num_kv_heads = 8, p.kv.head_dim = 128;
+  for (detail::KVTensorAccess* t : {&p.kv.k, &p.kv.v}) {
+    t->page_stride = 16 * 8 * 128, t->token_stride = 8 * 128, t->head_stride = 128, t->chunk_len = 128;
+  }
+  const cuda::PrefillGeometry g = cuda::prefill_geometry(p, 0);
+  EXPECT_EQ(g.hopper, hopper);
+  EXPECT_EQ(g.tile_keys, hopper ? 128 : 64);
+  EXPECT_GE(g.ctas_per_sm, 1);
+  auto expect_portable = [&](detail::AttentionProblem q, const char* why) {
+    EXPECT_FALSE(cuda::prefill_geometry(q, 0).hopper) << why;
+  };
+  { auto q = p; q.qo.q_dtype = q.kv.dtype = DType::kF16; EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper); }
+  { auto q = p; q.kv.dtype = DType::kF8E4M3; expect_portable(q, "fp8 cache"); }
+  { auto q = p; q.head_dim = q.kv.head_dim = 64; expect_portable(q, "head_dim 64"); }
+  { auto q = p; q.qo.q_head_stride = 132; expect_portable(q, "q rows not 16-byte aligned"); }
+  {
+    const ScopedKernelChoice mma("mma");
+    expect_portable(p, "PAGEDATTN_PREFILL_KERNEL=mma");
+  }
+}
 
 // Missing host copies and problems the kernel does not cover are rejected before anything runs.
 TEST(CudaPrefillErrors, RejectsBadOrUnsupportedInputAndWritesNothing) {
