@@ -73,20 +73,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
   T* s_wide = reinterpret_cast<T*>(s_pipe + kStages * Smem::kStageBytes);
 
   const detail::AttentionProblem& p = prm.p;
-  const std::int64_t s = blockIdx.z;
-  const int kv_head = static_cast<int>(blockIdx.y % p.num_kv_heads);
-  const auto split = static_cast<std::int64_t>(blockIdx.y / p.num_kv_heads);
-  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
-  const std::int64_t q0 = p.q_begin(s), n_q = p.q_end(s) - q0;
-  // Tiles run from the last rows (most keys under the causal mask) to the first.
-  const std::int64_t tile = static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x;
-  const std::int64_t row0 = tile * Smem::kRows;
-  if (row0 >= n_q * group) return;
+  PrefillTile cta;
+  if (!prefill_tile(prm, Smem::kRows, cta)) return;
+  const std::int64_t split = cta.split, q0 = cta.q0, n_q = cta.n_q, row0 = cta.row0, kv_len = cta.kv_len;
+  const std::int64_t first_pos = cta.first_pos, t_begin = cta.t_begin, t_end = cta.t_end;
+  const int kv_head = cta.kv_head, group = cta.group;
+  const detail::SeqPages pages = cta.pages;
   auto query_token = [&](std::int64_t i) -> std::int64_t { return prm.q_index ? prm.q_index[q0 + i] : q0 + i; };
-  const detail::SeqPages pages = p.pages_of(s);
-  const std::int64_t kv_len = pages.kv_len;
-  // Query token i sits at key position first_pos + i.
-  const std::int64_t first_pos = p.query_end(s) - n_q - p.key_offset(s);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
 
@@ -105,16 +98,6 @@ __global__ void __launch_bounds__(kPrefillThreads)
     live[i] = tok[i] < n_q;
     pos[i] = static_cast<int>(first_pos + tok[i]);
     slope[i] = (live[i] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[head[i]] : 0.0f;
-  }
-  // Keys the CTA needs: up to its last row's position (causal), from its first row's window.
-  const std::int64_t last_tok = min(n_q - 1, (row0 + Smem::kRows - 1) / group);
-  const std::int64_t first_tok = row0 / group;
-  std::int64_t t_end = p.variant.causal ? min(kv_len, first_pos + last_tok + 1) : kv_len;
-  std::int64_t t_begin = 0;
-  if (p.variant.window_left >= 0) t_begin = max(std::int64_t{0}, first_pos + first_tok - p.variant.window_left);
-  if (prm.split_tokens > 0) {
-    t_begin = max(t_begin, split * prm.split_tokens);
-    t_end = min(t_end, (split + 1) * prm.split_tokens);
   }
   // The warp's key limits: tiles outside [warp_lo, warp_hi) are skipped; tiles inside
   // [open_lo, open_hi) are seen whole by every live row of the warp and need no mask.

@@ -42,26 +42,12 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   std::uint64_t* empty = full_v + kStages;
 
   const detail::AttentionProblem& p = prm.p;
-  const std::int64_t s = blockIdx.z;
-  const int kv_head = static_cast<int>(blockIdx.y % p.num_kv_heads);
-  const auto split = static_cast<std::int64_t>(blockIdx.y / p.num_kv_heads);
-  const int group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
-  const std::int64_t q0 = p.q_begin(s), n_q = p.q_end(s) - q0;
-  // Tiles run from the last rows (most keys under the causal mask) to the first.
-  const std::int64_t row0 = (static_cast<std::int64_t>(gridDim.x) - 1 - blockIdx.x) * kRows;
-  if (row0 >= n_q * group) return;
-  const detail::SeqPages pages = p.pages_of(s);
-  const std::int64_t kv_len = pages.kv_len;
-  const std::int64_t first_pos = p.query_end(s) - n_q - p.key_offset(s);  // of query token 0
-  // Keys the CTA needs: up to its last row's position (causal), from its first row's window.
-  const std::int64_t last_tok = min(n_q - 1, (row0 + kRows - 1) / group), first_tok = row0 / group;
-  std::int64_t t_end = p.variant.causal ? min(kv_len, first_pos + last_tok + 1) : kv_len;
-  std::int64_t t_begin = 0;
-  if (p.variant.window_left >= 0) t_begin = max(std::int64_t{0}, first_pos + first_tok - p.variant.window_left);
-  if (prm.split_tokens > 0) {
-    t_begin = max(t_begin, split * prm.split_tokens);
-    t_end = min(t_end, (split + 1) * prm.split_tokens);
-  }
+  PrefillTile tile;
+  if (!prefill_tile(prm, kRows, tile)) return;
+  const std::int64_t split = tile.split, q0 = tile.q0, n_q = tile.n_q, row0 = tile.row0, kv_len = tile.kv_len;
+  const std::int64_t first_pos = tile.first_pos, t_begin = tile.t_begin, t_end = tile.t_end;
+  const int kv_head = tile.kv_head, group = tile.group;
+  const detail::SeqPages pages = tile.pages;
   const std::int64_t t_lo = t_begin - t_begin % kKeys;  // tiles start at multiples of kKeys
   const int n_tiles = t_begin < t_end ? static_cast<int>(ceil_div(t_end - t_lo, kKeys)) : 0;
 
