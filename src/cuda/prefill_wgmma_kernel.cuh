@@ -2,7 +2,7 @@
 //
 // A CTA takes 128 packed query rows of one sequence and one KV head (row i: query token
 // i / group, head i % group, as in the mma.sync kernel) and is three warpgroups:
-// - a producer gathers 128-key K and V tiles from the pages into a two-stage ring of swizzled
+// - a producer gathers 128-key K and V tiles from the pages into a three-stage ring of swizzled
 //   shared-memory tiles with cp.async (page tables are arbitrary, so no tensor-map copy), each
 //   thread signalling a stage's "full" barrier when its copies land;
 // - two consumers of 64 rows each compute S = Q K^T with wgmma (Q and K from shared memory),
