@@ -1,5 +1,6 @@
 // decode and prefill: validate, resolve into an AttentionProblem, dispatch.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "cuda/cascade.h"
 #include "cuda/decode.h"
 #include "cuda/prefill.h"
+#include "cuda/scoped_device.h"
 #endif
 
 namespace pagedattn {
@@ -86,6 +88,8 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   [[maybe_unused]] const detail::PageTableAccess device_access =
       on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
 #if PAGEDATTN_WITH_CUDA
+  std::optional<cuda::ScopedDevice> on_device;
+  if (on_gpu) on_device.emplace(ctx.device.index);
   const bool capturing = on_gpu && cuda::stream_is_capturing(ctx.stream);
 #else
   const bool capturing = false;
@@ -161,6 +165,7 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
     check_arg(qo_indptr.is_contiguous(), "qo_indptr must be contiguous");
     p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
     p.qo_indptr = qo_indptr.data_as<const std::int32_t>();
+    const cuda::ScopedDevice on_device(ctx.device.index);
     cuda::prefill(p, max_q, ctx.stream);
 #endif
     return;

@@ -16,6 +16,7 @@
 
 #if PAGEDATTN_WITH_CUDA
 #include "cuda/cache_writes.h"
+#include "cuda/scoped_device.h"
 #endif
 
 namespace pagedattn {
@@ -94,6 +95,7 @@ void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, co
   }
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA
+    const cuda::ScopedDevice on_device(ctx.device.index);
     cuda::append_kv(kv, device_rows(k), device_rows(v), device_indices(slot_mapping), n, ctx.stream);
 #endif
     return;
@@ -132,6 +134,7 @@ void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& blo
   }
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA
+    const cuda::ScopedDevice on_device(ctx.device.index);
     cuda::copy_blocks(kv, device_indices(block_mapping), n, ctx.stream);
 #endif
     return;

@@ -11,6 +11,7 @@
 #include "core/validate.h"
 #if PAGEDATTN_WITH_CUDA
 #include "cuda/cascade.h"
+#include "cuda/scoped_device.h"
 #endif
 #include "cpu/cpu_backend.h"
 #include "cpu/merge_states.h"
@@ -106,6 +107,7 @@ void run_level(const Context& ctx, const AttentionProblem& base, const LevelPlan
 // The device levels, checked against their validated host copies, then the CUDA cascade.
 void run_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<const CascadeLevel> levels,
                 std::span<const CascadeLevel> host_levels, const std::vector<LevelPlan>& plans) {
+  const cuda::ScopedDevice on_device(ctx.device.index);
   const std::int64_t S = base.num_seqs;
   std::vector<cuda::CascadeLevelDesc> descs(levels.size());
   for (std::size_t l = 0; l < levels.size(); ++l) {

@@ -10,6 +10,7 @@
 
 #if PAGEDATTN_WITH_CUDA
 #include "cuda/merge_states.h"
+#include "cuda/scoped_device.h"
 #endif
 
 namespace pagedattn {
@@ -62,6 +63,7 @@ void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& ls
   const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA
+    const cuda::ScopedDevice on_device(ctx.device.index);
     const cuda::StateSet sets[2] = {one_state(states[0]), one_state(states[1])};
     cuda::merge_states(sets, 2, state_out(out), n, heads, dim, ctx.stream);
 #endif
@@ -83,6 +85,7 @@ void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse
   const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA
+    const cuda::ScopedDevice on_device(ctx.device.index);
     // All num_states states form one strided set.
     const cuda::StateSet set{static_cast<const std::byte*>(v.data()), v.dtype(), v.stride(0), v.stride(1),
                              v.stride(2), lse.data_as<const float>(), lse.stride(0), lse.stride(1),

@@ -127,8 +127,8 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
       const std::int64_t rows = geometry.rows_per_cta;
       const std::int64_t tiles = (level.max_users * base.group_size() + rows - 1) / rows;
       const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
-      // One wave: as many CTAs as fit on the SMs at once. (Measured with the 8-warp v2 kernel,
-      // one per SM: two or three waves were 20% and 40% slower.)
+      // One wave: as many CTAs as fit on the SMs at once (more waves only add merge inputs:
+      // docs/perf-notes.md, CUDA cascade).
       const std::int64_t wave = sms * geometry.ctas_per_sm;
       std::int64_t splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, ctas));
       splits = std::min(splits, std::max<std::int64_t>(1, max_len / kMinSplitTokens));

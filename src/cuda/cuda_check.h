@@ -23,4 +23,9 @@ inline void check_cuda(cudaError_t err, const char* what,
 void check_launch(const char* kernel, cudaStream_t stream,
                   std::source_location where = std::source_location::current());
 
+// Raises `kernel`'s dynamic shared memory limit to `bytes` on the current device, once per
+// (kernel, device): the attribute is per device, and each setting is a driver call. The error,
+// if any, is also left for check_launch to report.
+cudaError_t allow_dynamic_shared_memory(const void* kernel, int bytes);
+
 }  // namespace pagedattn::cuda

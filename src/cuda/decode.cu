@@ -43,10 +43,9 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
 
 // Programmatic dependent launch needs sm_90.
 bool supports_dependent_launch() {
-  int device = 0, major = 0;
+  int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
-  return major >= 9;
+  return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
 }
 
 __device__ __forceinline__ float neg_inf() { return detail::kNegInf; }

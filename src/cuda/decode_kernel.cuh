@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "core/problem.h"
+#include "cuda/cuda_check.h"
 #include "cuda/kv_vec.cuh"
 
 namespace pagedattn::cuda {
@@ -441,9 +442,9 @@ template <class KV, int kLanes, int kG, bool kPipelined>
 void launch_decode_variant(const DecodeKernelParams& prm, dim3 grid, cudaStream_t stream) {
   constexpr int kBytes = DecodeSmem<KV, kLanes, kG>::kBytes;
   auto kernel = paged_decode_kernel<KV, kLanes, kG, kPipelined>;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  if (configured != cudaSuccess) return;  // reported by the caller's launch check
+  if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
+    return;  // reported by the caller's launch check
+  }
   kernel<<<grid, kDecodeThreads, kBytes, stream>>>(prm);
 }
 

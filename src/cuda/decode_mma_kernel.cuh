@@ -321,9 +321,9 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 g
     constexpr int kD = decltype(d_c)::value;
     constexpr int kBytes = MmaDecodeSmem<KV, kD>::kBytes;
     auto kernel = paged_decode_mma_kernel<KV, T, kD>;
-    static const cudaError_t configured =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    if (configured != cudaSuccess) return;
+    if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
+      return;  // reported by the caller's launch check
+    }
     kernel<<<grid, kMmaDecodeThreads, kBytes, stream>>>(prm);
   };
   if (head_dim == 64) launch(std::integral_constant<int, 64>{});

@@ -1,7 +1,5 @@
-// Paged prefill on CUDA: which problems the tensor-core kernel covers, and its launch.
+// Paged prefill on CUDA: which problems the tensor-core kernels cover, which one runs, its launch.
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -9,10 +7,12 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/kv_rows.h"
+#include "cuda/page_tensor_map.h"
 #include "cuda/prefill.h"
 #include "cuda/prefill_mma_kernel.cuh"
 #include "cuda/prefill_mma_launch.h"
 #include "cuda/prefill_wgmma_launch.h"
+#include "cuda/sm_count.h"
 
 namespace pagedattn::cuda {
 
@@ -45,15 +45,8 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 namespace {
 
 bool is_sm90(int device) {
-  // Cached: the attribute queries cost microseconds, prefill runs per layer and step.
-  static std::array<std::atomic<int>, 64> known{};  // 0 unknown, 1 no, 2 yes
-  if (device >= 0 && device < static_cast<int>(known.size()) && known[device].load() != 0) return known[device].load() == 2;
-  int major = 0, minor = 0;
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
-  const bool yes = major == 9 && minor == 0;
-  if (device >= 0 && device < static_cast<int>(known.size())) known[device].store(yes ? 2 : 1);
-  return yes;
+  return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
+         cached_device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
 }
 
 bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
@@ -76,12 +69,29 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 #endif
 }
 
+// The Hopper kernel's TMA page boxes: pages that cut its key tiles into whole swizzle atoms
+// (8 rows of 128 bytes), K and V described alike. PAGEDATTN_PREFILL_TMA=0 turns them off.
+bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm) {
+  const char* env = std::getenv("PAGEDATTN_PREFILL_TMA");
+  if (env != nullptr && std::string_view(env) == "0") return false;
+  const std::int64_t P = p.kv.page_size;
+  if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
+  PageBoxes k, v;
+  if (!encode_page_boxes(p.kv.k, p.kv, p.kv.dtype, 64, k) || !encode_page_boxes(p.kv.v, p.kv, p.kv.dtype, 64, v) ||
+      k.head_inner != v.head_inner) {
+    return false;
+  }
+  prm.k_pages = k.map;
+  prm.v_pages = v.map;
+  prm.tma_head_inner = k.head_inner;
+  return true;
+}
+
 }  // namespace
 
 PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) {
-  int regs = 0, smem = 0;
-  check_cuda(cudaDeviceGetAttribute(&regs, cudaDevAttrMaxRegistersPerMultiprocessor, device), "registers per SM");
-  check_cuda(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
+  const int regs = cached_device_attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device);
+  const int smem = cached_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   PrefillGeometry g;
   std::int64_t cta_regs = 0, cta_smem = 0;
   if (hopper_kernel_fits(p, device)) {
@@ -125,6 +135,7 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads * split.splits),
                   static_cast<unsigned>(p.num_seqs));
   if (geometry.hopper) {
+    prm.tma_pages = use_page_boxes(p, prm);
     if (p.kv.dtype == DType::kBF16) launch_paged_prefill_wgmma<__nv_bfloat16>(prm, grid, stream);
     else launch_paged_prefill_wgmma<__half>(prm, grid, stream);
     check_launch("paged_prefill_wgmma_kernel", stream);

@@ -9,7 +9,7 @@
 
 namespace pagedattn::cuda {
 
-// Why the tensor-core prefill kernel cannot run p; empty when it can.
+// Why neither tensor-core prefill kernel can run p; empty when one can.
 std::string prefill_unsupported(const detail::AttentionProblem& p);
 
 // Gathered queries and KV splits, for the shared levels of a cascade (see PrefillKernelParams).
@@ -22,8 +22,8 @@ struct PrefillSplit {
 
 // How the prefill kernel chosen for a problem on a device cuts the work: the Hopper kernel
 // (wgmma, sm_90a) on compute capability 9.0 for bf16 / f16 caches of q's dtype at head_dim 128
-// with 16-byte aligned q rows, the mma.sync kernel otherwise (or when the environment variable
-// PAGEDATTN_PREFILL_KERNEL is "mma").
+// with 16-byte aligned q rows and every K/V row's offset below 2^32 16-byte units, the mma.sync
+// kernel otherwise (or when the environment variable PAGEDATTN_PREFILL_KERNEL is "mma").
 struct PrefillGeometry {
   bool hopper = false;
   std::int64_t rows_per_cta = 0;  // packed query rows (query token x group + head)
@@ -33,7 +33,8 @@ struct PrefillGeometry {
 PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device);
 
 // p holds device pointers (p.qo_indptr included); max_q: the most queries of one sequence,
-// from the host copy of qo_indptr. Runs on the current device. Throws kUnsupported for
+// from the host copy of qo_indptr. Runs on the current device (the op's: core/ holds a
+// ScopedDevice). Throws kUnsupported for
 // problems the kernels do not cover.
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream,
              const PrefillSplit& split = {});

@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
         const std::uint32_t page_idx = prm.page_div.div(local);
         const std::int32_t page = s_pages[page_idx];
         const auto slot = static_cast<std::int32_t>(local - page_idx * static_cast<std::uint32_t>(P));
-        off.x = static_cast<std::int64_t>(page) * k_page_stride + slot * k_token_stride;
-        off.y = static_cast<std::int64_t>(page) * v_page_stride + slot * v_token_stride;
+        off.x = static_cast<std::int64_t>(page) * k_page_stride + static_cast<std::int64_t>(slot) * k_token_stride;
+        off.y = static_cast<std::int64_t>(page) * v_page_stride + static_cast<std::int64_t>(slot) * v_token_stride;
       }
       s_offsets[(j % 2) * kKeys + r] = off;
     };
@@ -419,9 +419,9 @@ void launch_paged_prefill_mma(const PrefillKernelParams& prm, int head_dim, dim3
     constexpr int kD = decltype(d_c)::value;
     constexpr int kBytes = PrefillSmem<KV, kD>::kBytes;
     auto kernel = paged_prefill_mma_kernel<KV, T, kD, decltype(plain_c)::value>;
-    static const cudaError_t configured =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    if (configured != cudaSuccess) return;  // reported by the caller's launch check
+    if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
+      return;  // reported by the caller's launch check
+    }
     kernel<<<grid, kPrefillThreads, kBytes, stream>>>(prm);
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;

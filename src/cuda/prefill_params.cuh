@@ -1,6 +1,8 @@
 // Internal (CUDA): what the prefill kernels (mma.sync and Hopper wgmma) take.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "core/problem.h"
@@ -19,6 +21,11 @@ struct PrefillKernelParams {
   // j * out_split_stride and lse + j * lse_split_stride. split_tokens 0: one split.
   std::int64_t split_tokens = 0;
   std::int64_t out_split_stride = 0, lse_split_stride = 0;
+  // Hopper kernel: K and V pages as TMA boxes of 64 dims x one page of one head (see
+  // page_tensor_map.h); when false it gathers every tile with cp.async.
+  bool tma_pages = false;
+  bool tma_head_inner = true;  // the maps' coordinate order: (dim, head, slot, page), else (dim, slot, head, page)
+  CUtensorMap k_pages, v_pages;
 };
 
 // What a CTA of either prefill kernel works on: one tile of `rows` packed query rows (query

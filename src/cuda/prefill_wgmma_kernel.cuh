@@ -2,9 +2,11 @@
 //
 // A CTA takes 128 packed query rows of one sequence and one KV head (row i: query token
 // i / group, head i % group, as in the mma.sync kernel) and is three warpgroups:
-// - a producer gathers 128-key K and V tiles from the pages into a three-stage ring of swizzled
-//   shared-memory tiles with cp.async (page tables are arbitrary, so no tensor-map copy), each
-//   thread signalling a stage's "full" barrier when its copies land;
+// - a producer fills a three-stage ring of 128-key K and V tiles (128-byte swizzled, as wgmma
+//   reads them): a tile of whole valid pages by TMA, one box per page and 64 dims, issued by one
+//   thread (the page table is arbitrary, so a tile is as many boxes as pages); a tile at either
+//   end of the key range by a cp.async gather that zero-fills the keys outside it. The stage's
+//   "full_k" and "full_v" barriers complete when the bytes land;
 // - two consumers of 64 rows each compute S = Q K^T with wgmma (Q and K from shared memory),
 //   the online softmax on the accumulators, and O += P V with wgmma (P from registers, V from
 //   shared memory read MN-major), then release the stage on its "empty" barrier.
@@ -90,8 +92,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::uint32_t page_idx = prm.page_div.div(key);
       const std::int64_t page = pages.page(page_idx);
       const auto slot = static_cast<std::int32_t>(key - page_idx * P);
-      return make_uint2(static_cast<std::uint32_t>((page * k_page_stride + slot * k_token_stride) >> 3),
-                        static_cast<std::uint32_t>((page * v_page_stride + slot * v_token_stride) >> 3));
+      const std::int64_t k_off = page * k_page_stride + static_cast<std::int64_t>(slot) * k_token_stride;
+      const std::int64_t v_off = page * v_page_stride + static_cast<std::int64_t>(slot) * v_token_stride;
+      return make_uint2(static_cast<std::uint32_t>(k_off >> 3), static_cast<std::uint32_t>(v_off >> 3));
     };
     // This thread's destinations: row 32 * warp + 2 * pass + hi, chunk `chunk`; the swizzle
     // term depends on the pass only through pass % 4.
@@ -109,21 +112,62 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
                                    base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8, off != kOutside);
       }
     };
-    uint2 next = find_row(0);
+    // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
+    // of the page size when the host made the maps): one thread copies each page of K and V as
+    // a TMA box (64 dims x page_size slots) and expects their bytes on the full barriers, the
+    // other threads only arrive. Tiles at the ends of the key range take the cp.async gather,
+    // which fills the keys outside the range with zeros (a page's unused slots may hold NaN).
+    const int pages_per_tile = kKeys / static_cast<int>(P);
+    auto by_tma = [&](int j) {
+      const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+      return prm.tma_pages && ts >= t_begin && ts + kKeys <= t_end;
+    };
+    // Warp 0's lane i issues box i of a TMA tile: page i / 2, dims 64 * (i % 2) (its page id
+    // looked up a tile ahead, as the rows).
+    const int boxes = 2 * pages_per_tile;
+    auto find_page = [&](int j) {
+      if (warp != 0 || lane >= boxes || j >= n_tiles || !by_tma(j)) return 0;
+      const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + lane / 2));
+    };
+    const int c_head1 = prm.tma_head_inner ? kv_head : 0, c_head2 = prm.tma_head_inner ? 0 : kv_head;
+    const std::uint32_t box_offset = (lane & 1) * kKeys * 128 + (lane >> 1) * P * 128;
+    auto load_pages = [&](std::uint32_t tile, const CUtensorMap* map, std::uint64_t* full, int page) {
+      if (lane < boxes) sm90::tma_load_4d(tile + box_offset, map, 64 * (lane & 1), c_head1, c_head2, page, full);
+    };
+    uint2 next = by_tma(0) ? make_uint2(kOutside, kOutside) : find_row(0);
+    int next_pages = find_page(0);
     for (int j = 0; j < n_tiles; ++j) {
       const int stage = j % kStages;
       if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
-      __syncwarp();  // the warp's reads of the previous tile's rows are done
-      my_rows[lane] = next;
-      __syncwarp();
-      copy_tile(sm90::smem_address(s_k + stage * Shape::kTileBytes), k_base, std::false_type{});
-      sm90::mbarrier_arrive_on_copies(&full_k[stage]);
-      copy_tile(sm90::smem_address(s_v + stage * Shape::kTileBytes), v_base, std::true_type{});
-      sm90::mbarrier_arrive_on_copies(&full_v[stage]);
-      next = find_row(j + 1);
+      const std::uint32_t k_tile = sm90::smem_address(s_k + stage * Shape::kTileBytes);
+      const std::uint32_t v_tile = sm90::smem_address(s_v + stage * Shape::kTileBytes);
+      if (by_tma(j)) {
+        if (wt == 0) {
+          sm90::mbarrier_arrive_expect_tx(&full_k[stage], Shape::kTileBytes);
+          sm90::mbarrier_arrive_expect_tx(&full_v[stage], Shape::kTileBytes);
+        } else {
+          sm90::mbarrier_arrive(&full_k[stage]);
+          sm90::mbarrier_arrive(&full_v[stage]);
+        }
+        if (warp == 0) {
+          __syncwarp();  // lane 0's expect_tx comes before any box lands
+          load_pages(k_tile, &prm.k_pages, &full_k[stage], next_pages);
+          load_pages(v_tile, &prm.v_pages, &full_v[stage], next_pages);
+        }
+      } else {
+        __syncwarp();  // the warp's reads of the previous tile's rows are done
+        my_rows[lane] = next;
+        __syncwarp();
+        copy_tile(k_tile, k_base, std::false_type{});
+        sm90::mbarrier_arrive_on_copies(&full_k[stage]);
+        copy_tile(v_tile, v_base, std::true_type{});
+        sm90::mbarrier_arrive_on_copies(&full_v[stage]);
+      }
+      next = j + 1 < n_tiles && !by_tma(j + 1) ? find_row(j + 1) : make_uint2(kOutside, kOutside);
+      next_pages = find_page(j + 1);
     }
-    cp_async_wait<0>();
-    return;
+    return;  // the consumers wait for the copies on the full barriers
   }
 
   // ---- consumers: 64 rows each ---------------------------------------------------------------
@@ -379,9 +423,9 @@ void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaS
   auto launch = [&](auto plain_c) {
     constexpr int kBytes = WgmmaPrefillShape::kBytes;
     auto kernel = paged_prefill_wgmma_kernel<T, decltype(plain_c)::value>;
-    static const cudaError_t configured =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-    if (configured != cudaSuccess) return;  // reported by the caller's launch check
+    if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
+      return;  // reported by the caller's launch check
+    }
     kernel<<<grid, WgmmaPrefillShape::kThreads, kBytes, stream>>>(prm);
   };
   if (prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr) launch(std::true_type{});

@@ -1,14 +1,14 @@
-// Internal: the SM count the CUDA planners size their grids for.
+// Internal: the device attributes the CUDA planners size their grids by.
 #pragma once
 
 #include "cuda/cuda_check.h"
 
 namespace pagedattn::cuda {
 
-inline int sm_count(int device) {
-  int n = 0;
-  check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "SM count");
-  return n;
-}
+// Queried once per (attribute, device): each query is a driver call, and the planners run per
+// layer and step.
+int cached_device_attribute(cudaDeviceAttr attribute, int device);
+
+inline int sm_count(int device) { return cached_device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
 }  // namespace pagedattn::cuda

@@ -136,6 +136,11 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 __device__ __forceinline__ void mbarrier_arrive_on_copies(std::uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
+// One arrival that also expects `bytes` more to land by tensor copies (complete_tx) before the
+// phase can complete.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
+}
 // Waits until the phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
   const std::uint32_t address = smem_address(bar);
@@ -153,6 +158,18 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parit
 __device__ __forceinline__ void cp_async_16_or_zeros(std::uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
+}
+
+// ---- TMA: tensor copies described by a CUtensorMap -------------------------------------------
+
+// The box at coordinates (c0, c1, c2, c3), innermost first, of the 4-d tensor `map` (a kernel
+// parameter: __grid_constant__) into shared memory at dst; its bytes count against `bar`.
+__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3,
+                                            std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_address(bar))
+      : "memory");
 }
 
 }  // namespace pagedattn::cuda::sm90

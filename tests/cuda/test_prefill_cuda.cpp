@@ -81,28 +81,43 @@ PrefillRun run_case(const Case& c) {
 
 class CudaPrefill : public ::testing::TestWithParam<Case> {};
 
-// Sets PAGEDATTN_PREFILL_KERNEL for the scope's lifetime (restores it afterwards).
-class ScopedKernelChoice {
+// Sets an environment variable of the kernel choice for the scope's lifetime (restores it
+// afterwards).
+class ScopedEnv {
  public:
-  explicit ScopedKernelChoice(const char* value) {
-    if (const char* old = std::getenv(kName)) saved_ = old;
-    setenv(kName, value, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name_)) saved_ = old;
+    setenv(name_, value, 1);
   }
-  ~ScopedKernelChoice() {
-    if (saved_) setenv(kName, saved_->c_str(), 1);
-    else unsetenv(kName);
+  ~ScopedEnv() {
+    if (saved_) setenv(name_, saved_->c_str(), 1);
+    else unsetenv(name_);
   }
-  ScopedKernelChoice(const ScopedKernelChoice&) = delete;
-  ScopedKernelChoice& operator=(const ScopedKernelChoice&) = delete;
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  static constexpr const char* kName = "PAGEDATTN_PREFILL_KERNEL";
+  const char* name_;
   std::optional<std::string> saved_;
+};
+struct ScopedKernelChoice : ScopedEnv {
+  explicit ScopedKernelChoice(const char* value) : ScopedEnv("PAGEDATTN_PREFILL_KERNEL", value) {}
 };
 
 // The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 at head_dim 128.
 TEST_P(CudaPrefill, MatchesReference) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  const PrefillRun run = run_case(c);
+  test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
+  test::expect_close(run.got_lse, run.want_lse, 1e-3, "lse");
+}
+
+// The Hopper kernel with every tile gathered by cp.async (no TMA page boxes: the path of page
+// sizes that do not cut 128-key tiles into whole 8-row swizzle atoms).
+TEST_P(CudaPrefill, MatchesReferenceWithoutPageBoxes) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const ScopedEnv gather("PAGEDATTN_PREFILL_TMA", "0");
   const Case& c = GetParam();
   const PrefillRun run = run_case(c);
   test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
@@ -136,7 +151,7 @@ std::vector<Case> cases() {
     }
   }
   for (std::int64_t d : {64, 128}) {
-    for (std::int64_t ps : {1, 3, 16, 32}) {
+    for (std::int64_t ps : {1, 3, 8, 16, 32, 64, 128}) {
       Case c;
       c.head_dim = d;
       c.page_size = ps;
@@ -172,7 +187,7 @@ std::vector<Case> cases() {
   with([](Case& c) { c.kv = DType::kF8E5M2; c.q = DType::kF16; c.head_dim = 64; c.layout = KVLayout::kHND; c.csr = true; });
   // Long enough to stage page ids in several chunks (1024 pages at a time), page size 1.
   with([](Case& c) { c.page_size = 1; c.lens = {2500, 40}; c.queries = {300, 40}; });
-  // GQA 32/8 over many 128-key tiles (the Hopper kernel's two-stage ring wraps several times):
+  // GQA 32/8 over many 128-key tiles (the Hopper kernel's three-stage ring wraps several times):
   // a full prefill, an append, a chunk in the middle; causal, non-causal, windowed, f16, HND.
   auto long_gqa = [&](auto&& set) {
     with([&](Case& c) {

@@ -1,0 +1,64 @@
+#include <cudaTypedefs.h>
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+
+#include "cuda/page_tensor_map.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no link to libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, DType dtype, int box_dims,
+                       PageBoxes& out) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
+  constexpr std::int64_t kElem = 2;
+  if (!t.dim_contiguous(kv.head_dim) || kv.page_size > 256 || box_dims * kElem > 128) return false;
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  // A dimension of extent 1 is never stepped along: any valid stride will do.
+  const std::int64_t head_bytes = kv.num_kv_heads > 1 ? t.head_stride * kElem : 16;
+  const std::int64_t slot_bytes = t.token_stride * kElem, page_bytes = t.page_stride * kElem;
+  for (const std::int64_t stride : {head_bytes, slot_bytes, page_bytes}) {
+    if (stride <= 0 || stride % 16 != 0 || stride >= (std::int64_t{1} << 40)) return false;
+  }
+  if (kv.num_pages >= (std::int64_t{1} << 31)) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (encode == nullptr) return false;
+  out.head_inner = head_bytes <= slot_bytes;
+  const auto heads = static_cast<cuuint64_t>(kv.num_kv_heads), slots = static_cast<cuuint64_t>(kv.page_size);
+  const std::array<cuuint64_t, 4> dims = {static_cast<cuuint64_t>(kv.head_dim), out.head_inner ? heads : slots,
+                                          out.head_inner ? slots : heads, static_cast<cuuint64_t>(kv.num_pages)};
+  const std::array<cuuint64_t, 3> strides = {static_cast<cuuint64_t>(out.head_inner ? head_bytes : slot_bytes),
+                                             static_cast<cuuint64_t>(out.head_inner ? slot_bytes : head_bytes),
+                                             static_cast<cuuint64_t>(page_bytes)};
+  const auto P = static_cast<cuuint32_t>(kv.page_size);
+  const std::array<cuuint32_t, 4> box = {static_cast<cuuint32_t>(box_dims), out.head_inner ? 1u : P,
+                                         out.head_inner ? P : 1u, 1u};
+  const std::array<cuuint32_t, 4> steps = {1, 1, 1, 1};
+  const CUresult r =
+      encode(&out.map, dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+             t.data, dims.data(), strides.data(), box.data(), steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+}  // namespace pagedattn::cuda
