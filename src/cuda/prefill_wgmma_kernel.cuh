@@ -224,12 +224,17 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const std::uint32_t q_addr = sm90::smem_address(s_q) + 64 * consumer * 128;
   const std::uint32_t k_addr = sm90::smem_address(s_k), v_addr = sm90::smem_address(s_v);
   // K-major Q and K: k-step kk is 16 elements of column block kk / 4; V (MN-major): 16 keys.
-  auto q_desc = [&](int kk) { return sm90::swizzled_descriptor(q_addr + (kk >> 2) * kRows * 128 + (kk & 3) * 32, 16); };
-  auto k_desc = [&](int stage, int kk) {
-    return sm90::swizzled_descriptor(k_addr + stage * Shape::kTileBytes + (kk >> 2) * kKeys * 128 + (kk & 3) * 32, 16);
-  };
-  auto v_desc = [&](int stage, int ks) {
-    return sm90::swizzled_descriptor(v_addr + stage * Shape::kTileBytes + ks * 16 * 128, kKeys * 128);
+  // Built once: a stage or a step only adds a constant to the start address (no per-wgmma
+  // address arithmetic between the turn and the issue).
+  const std::uint64_t q_desc0 = sm90::swizzled_descriptor(q_addr, 16);
+  const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16);
+  const std::uint64_t v_desc0 = sm90::swizzled_descriptor(v_addr, kKeys * 128);
+  auto kd_step = [](int kk, int rows) { return static_cast<std::uint32_t>((kk >> 2) * rows * 128 + (kk & 3) * 32); };
+  auto q_desc = [&](int kk) { return sm90::advanced(q_desc0, kd_step(kk, kRows)); };
+  auto k_desc = [&](std::uint64_t stage_desc, int kk) { return sm90::advanced(stage_desc, kd_step(kk, kKeys)); };
+  auto v_desc = [&](std::uint64_t stage_desc, int ks) { return sm90::advanced(stage_desc, ks * 16 * 128); };
+  auto stage_desc = [&](std::uint64_t desc0, int j) {
+    return sm90::advanced(desc0, static_cast<std::uint32_t>(j % kStages) * Shape::kTileBytes);
   };
 
   float o[64];
@@ -247,15 +252,17 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   float sc[64];                     // S of the current tile, then its P in f32
   std::uint32_t pa[kKeys / 16][4];  // P of the previous tile as A fragments of 16-key steps
   auto issue_s = [&](int j) {
+    const std::uint64_t kd = stage_desc(k_desc0, j);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(j % kStages, kk), kk > 0);
+    for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int j) {
+    const std::uint64_t vd = stage_desc(v_desc0, j);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) sm90::wgmma_rs<T>(o, pa[ks], v_desc(j % kStages, ks));
+    for (int ks = 0; ks < kKeys / 16; ++ks) sm90::wgmma_rs<T>(o, pa[ks], v_desc(vd, ks));
     sm90::wgmma_commit();
   };
   auto pv_done = [&] {

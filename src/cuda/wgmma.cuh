@@ -36,6 +36,11 @@ __device__ __forceinline__ std::uint64_t swizzled_descriptor(std::uint32_t addre
          (static_cast<std::uint64_t>(1024 >> 4) << 32) | (std::uint64_t{1} << 62);
 }
 
+// desc moved `bytes` (a multiple of 16) further into shared memory. The start address is the
+// low 14 bits in 16-byte units and shared addresses stay below 256 KB, so the add never carries
+// out of the field: a tile's descriptors are one descriptor plus constants.
+__device__ __forceinline__ std::uint64_t advanced(std::uint64_t desc, std::uint32_t bytes) { return desc + (bytes >> 4); }
+
 // The 64 accumulator registers of an m64n128 tile, spelled out: inline PTX names every operand.
 #define PAGEDATTN_WGMMA_M64N128K16(TYPE, A_OPERAND, TRANSPOSE, ...)                         \
   asm volatile(                                                                        \
