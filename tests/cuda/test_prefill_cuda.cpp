@@ -4,6 +4,7 @@
 // unsupported input rejected with nothing written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -25,10 +26,13 @@ using test::DeviceBuffer;
 struct Case : test::ProblemSpec {
   std::vector<std::int64_t> queries;  // per sequence, at most its length; empty: all of it
   bool causal = true;
+  std::optional<DType> out;  // the output's dtype; q's when unset
+  DType out_dtype() const { return out.value_or(q); }
 };
 
 std::string name_of(const Case& c) {
-  return test::gtest_name(test::spec_name(c) + (c.causal ? "" : "_noncausal"));
+  const std::string out = c.out ? "_out" + std::string(to_string(*c.out)) : "";
+  return test::gtest_name(test::spec_name(c) + (c.causal ? "" : "_noncausal") + out);
 }
 
 // A problem, its reference output and the CUDA op's output on a device mirror of it.
@@ -49,7 +53,7 @@ PrefillRun run_case(const Case& c) {
   AttentionParams host_params = test::params_of(c, h);
   host_params.causal = c.causal;
   const TensorView host_indptr(run.indptr.data(), DType::kI32, {S + 1});
-  const std::size_t out_bytes = static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * dtype_size(c.q);
+  const std::size_t out_bytes = static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * dtype_size(c.out_dtype());
 
   std::vector<std::byte> want(out_bytes);
   run.want_lse.resize(static_cast<std::size_t>(T * c.num_q_heads));
@@ -57,7 +61,7 @@ PrefillRun run_case(const Case& c) {
   ref.implementation = Implementation::kReference;
   const PageTable host_table = h.table();
   prefill(ref, h.q_view, host_indptr, h.cache, host_table, host_params,
-          TensorView(want.data(), c.q, {T, c.num_q_heads, c.head_dim}),
+          TensorView(want.data(), c.out_dtype(), {T, c.num_q_heads, c.head_dim}),
           TensorView(run.want_lse.data(), DType::kF32, {T, c.num_q_heads}));
 
   test::DeviceProblem d = test::to_device(h, host_params);
@@ -66,17 +70,23 @@ PrefillRun run_case(const Case& c) {
   test::cuda_ok(cudaMemset(out.get(), 0xff, out.bytes()), "poison");  // NaN: every element must be written
   const Context ctx{Device::cuda(0)};
   prefill(ctx, d.q.view, indptr.view, d.cache, d.table, d.params,
-          TensorView(out.get(), c.q, {T, c.num_q_heads, c.head_dim}, Device::cuda(0)),
+          TensorView(out.get(), c.out_dtype(), {T, c.num_q_heads, c.head_dim}, Device::cuda(0)),
           TensorView(lse.get(), DType::kF32, {T, c.num_q_heads}, Device::cuda(0)),
           PrefillOptions{&host_table, host_indptr});
   test::cuda_ok(cudaDeviceSynchronize(), "prefill");
-  run.want = test::to_floats(want, c.q);
+  run.want = test::to_floats(want, c.out_dtype());
   std::vector<std::byte> got = out.snapshot();
   got.resize(out_bytes);
-  run.got = test::to_floats(got, c.q);
+  run.got = test::to_floats(got, c.out_dtype());
   run.got_lse.resize(run.want_lse.size());
   if (!run.got_lse.empty()) test::cuda_ok(cudaMemcpy(run.got_lse.data(), lse.get(), run.got_lse.size() * 4, cudaMemcpyDeviceToHost), "lse");
   return run;
+}
+
+void expect_matches_reference(const Case& c) {
+  const PrefillRun run = run_case(c);
+  test::expect_close(run.got, run.want, std::max(test::tolerance(c.q), test::tolerance(c.out_dtype())), "output");
+  test::expect_close(run.got_lse, run.want_lse, 1e-3, "lse");
 }
 
 class CudaPrefill : public ::testing::TestWithParam<Case> {};
@@ -107,10 +117,7 @@ struct ScopedKernelChoice : ScopedEnv {
 // The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 at head_dim 128.
 TEST_P(CudaPrefill, MatchesReference) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
-  const Case& c = GetParam();
-  const PrefillRun run = run_case(c);
-  test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
-  test::expect_close(run.got_lse, run.want_lse, 1e-3, "lse");
+  expect_matches_reference(GetParam());
 }
 
 // The Hopper kernel with every tile gathered by cp.async (no TMA page boxes: the path of page
@@ -118,20 +125,14 @@ TEST_P(CudaPrefill, MatchesReference) {
 TEST_P(CudaPrefill, MatchesReferenceWithoutPageBoxes) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedEnv gather("PAGEDATTN_PREFILL_TMA", "0");
-  const Case& c = GetParam();
-  const PrefillRun run = run_case(c);
-  test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
-  test::expect_close(run.got_lse, run.want_lse, 1e-3, "lse");
+  expect_matches_reference(GetParam());
 }
 
 // The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and head_dim 64.
 TEST_P(CudaPrefill, MatchesReferenceOnMmaSyncKernel) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedKernelChoice mma("mma");
-  const Case& c = GetParam();
-  const PrefillRun run = run_case(c);
-  test::expect_close(run.got, run.want, test::tolerance(c.q), "output");
-  test::expect_close(run.got_lse, run.want_lse, 1e-3, "lse");
+  expect_matches_reference(GetParam());
 }
 
 std::vector<Case> cases() {
@@ -182,6 +183,9 @@ std::vector<Case> cases() {
   with([](Case& c) { c.alibi = true; });
   with([](Case& c) { c.sinks = true; });
   with([](Case& c) { c.causal = false; });
+  // An output dtype other than q's (the kernels' element-wise store instead of pair stores).
+  with([](Case& c) { c.out = DType::kF32; });
+  with([](Case& c) { c.q = DType::kF16; c.kv = DType::kF16; c.out = DType::kBF16; c.window = 64; });
   with([](Case& c) { c.num_q_heads = 40; c.num_kv_heads = 2; c.sinks = true; c.alibi = true; c.window = 100; });
   with([](Case& c) { c.kv = DType::kF8E4M3; c.per_head_scales = true; c.soft_cap = 6.0f; c.alibi = true; });
   with([](Case& c) { c.kv = DType::kF8E5M2; c.q = DType::kF16; c.head_dim = 64; c.layout = KVLayout::kHND; c.csr = true; });
