@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cstdint>
-#include <mutex>
 
 #include "cuda/page_tensor_map.h"
 

@@ -34,8 +34,7 @@ PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device);
 
 // p holds device pointers (p.qo_indptr included); max_q: the most queries of one sequence,
 // from the host copy of qo_indptr. Runs on the current device (the op's: core/ holds a
-// ScopedDevice). Throws kUnsupported for
-// problems the kernels do not cover.
+// ScopedDevice). Throws kUnsupported for problems the kernels do not cover.
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream,
              const PrefillSplit& split = {});
 

@@ -3,10 +3,10 @@
 // A CTA takes 128 packed query rows of one sequence and one KV head (row i: query token
 // i / group, head i % group, as in the mma.sync kernel) and is three warpgroups:
 // - a producer fills a three-stage ring of 128-key K and V tiles (128-byte swizzled, as wgmma
-//   reads them): a tile of whole valid pages by TMA, one box per page and 64 dims, issued by one
-//   thread (the page table is arbitrary, so a tile is as many boxes as pages); a tile at either
-//   end of the key range by a cp.async gather that zero-fills the keys outside it. The stage's
-//   "full_k" and "full_v" barriers complete when the bytes land;
+//   reads them): a tile of whole valid pages by TMA, one box per page and 64 dims, issued by
+//   the lanes of one warp (the page table is arbitrary, so a tile is as many boxes as pages);
+//   a tile at either end of the key range by a cp.async gather that zero-fills the keys outside
+//   it. The stage's "full_k" and "full_v" barriers complete when the bytes land;
 // - two consumers of 64 rows each compute S = Q K^T with wgmma (Q and K from shared memory),
 //   the online softmax on the accumulators, and O += P V with wgmma (P from registers, V from
 //   shared memory read MN-major), then release the stage on its "empty" barrier.
@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       }
     };
     // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
-    // of the page size when the host made the maps): one thread copies each page of K and V as
-    // a TMA box (64 dims x page_size slots) and expects their bytes on the full barriers, the
-    // other threads only arrive. Tiles at the ends of the key range take the cp.async gather,
+    // of the page size when the host made the maps): warp 0 copies each page of K and V as two
+    // TMA boxes (64 dims x page_size slots), thread 0 expects their bytes on the full barriers,
+    // the other threads only arrive. Tiles at the ends of the key range take the cp.async gather,
     // which fills the keys outside the range with zeros (a page's unused slots may hold NaN).
     const int pages_per_tile = kKeys / static_cast<int>(P);
     auto by_tma = [&](int j) {
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         copy_tile(v_tile, v_base, std::true_type{});
         sm90::mbarrier_arrive_on_copies(&full_v[stage]);
       }
-      next = j + 1 < n_tiles && !by_tma(j + 1) ? find_row(j + 1) : make_uint2(kOutside, kOutside);
+      next = by_tma(j + 1) ? make_uint2(kOutside, kOutside) : find_row(j + 1);
       next_pages = find_page(j + 1);
     }
     return;  // the consumers wait for the copies on the full barriers
