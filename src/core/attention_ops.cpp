@@ -5,11 +5,11 @@
 #include <vector>
 
 #include "core/backend_select.h"
+#include "core/find_prefixes.h"
 #include "core/validate.h"
 #include "cpu/cpu_backend.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
-
 #include "pagedattn/shared_prefix.h"
 
 #if PAGEDATTN_WITH_CUDA
@@ -95,7 +95,8 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   const bool capturing = false;
 #endif
   if (!capturing && cascade_candidate(ctx, p, options)) {
-    CascadeLayout layout = find_shared_prefixes(checked_table, p.kv.page_size, {options.cascade_min_saved_tokens});
+    // p.table is the validated host table: searched in place.
+    CascadeLayout layout = detail::find_shared_prefixes(p.table, {options.cascade_min_saved_tokens});
     if (layout.shared_levels() > 0) {
       if (!on_gpu) return cascade_decode(ctx, q, cache, layout.views(), params, out, lse);
 #if PAGEDATTN_WITH_CUDA

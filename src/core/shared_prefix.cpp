@@ -4,10 +4,13 @@
 #include "pagedattn/shared_prefix.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <variant>
 
+#include "core/find_prefixes.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn {
@@ -33,20 +36,23 @@ struct Group {
 
 class PrefixFinder {
  public:
-  PrefixFinder(const CsrPageTableData& csr, std::int64_t page_size, const SharedPrefixOptions& options)
-      : csr_(csr), page_size_(page_size), options_(options) {
-    const auto n = csr.last_page_len.size();
+  PrefixFinder(const detail::PageTableAccess& table, std::int64_t page_size, const SharedPrefixOptions& options)
+      : table_(table), page_size_(page_size), options_(options) {
+    const auto n = static_cast<std::size_t>(table.num_rows);
     own_.resize(n);
     own_last_len_.assign(n, 0);
     for (std::size_t s = 0; s < n; ++s) {
-      const std::int64_t pages = num_pages(s);
+      const std::int64_t len = table.row(static_cast<std::int64_t>(s)).kv_len;
+      const std::int64_t pages = (len + page_size - 1) / page_size;
+      pages_.push_back(pages);
+      last_len_.push_back(pages == 0 ? 0 : static_cast<std::int32_t>(len - (pages - 1) * page_size));
       // Only completely filled pages can be shared: a partly filled last page is always own.
-      full_.push_back(pages == 0 || csr.last_page_len[s] == page_size ? pages : pages - 1);
+      full_.push_back(pages == 0 || last_len_.back() == page_size ? pages : pages - 1);
     }
   }
 
   CascadeLayout run() {
-    const auto n = static_cast<std::int32_t>(csr_.last_page_len.size());
+    const auto n = static_cast<std::int32_t>(table_.num_rows);
     std::vector<Group> work(1);
     for (std::int32_t s = 0; s < n; ++s) work[0].seqs.push_back(s);
     while (!work.empty()) {
@@ -58,12 +64,25 @@ class PrefixFinder {
   }
 
  private:
-  std::int64_t num_pages(std::size_t s) const { return csr_.indptr[s + 1] - csr_.indptr[s]; }
-  const std::int32_t* row(std::int32_t s) const {
-    return csr_.indices.data() + csr_.indptr[static_cast<std::size_t>(s)];
-  }
-  std::int32_t page(std::int32_t s, std::int64_t j) const {
-    return csr_.indices[static_cast<std::size_t>(csr_.indptr[static_cast<std::size_t>(s)] + j)];
+  std::int64_t num_pages(std::size_t s) const { return pages_[s]; }
+  std::int32_t page(std::int32_t s, std::int64_t j) const { return static_cast<std::int32_t>(table_.row(s).page(j)); }
+  // The first index in [d, end) where sequence s's page differs from the lead's (end if none).
+  std::int64_t mismatch_from(const detail::SeqPages& lead, std::int32_t s, std::int64_t d, std::int64_t end) const {
+    const detail::SeqPages row = table_.row(s);
+    if (lead.stride == 1 && row.stride == 1) {
+      // Contiguous rows: whole blocks by memcmp (vectorised; std::mismatch compares one id at a
+      // time, and this scan reads every shared page of every sequence), then the block that
+      // differs id by id.
+      constexpr std::int64_t kBlock = 64;
+      while (end - d >= kBlock &&
+             std::memcmp(lead.pages + d, row.pages + d, kBlock * sizeof(std::int32_t)) == 0) {
+        d += kBlock;
+      }
+      while (d < end && lead.pages[d] == row.pages[d]) ++d;
+      return d;
+    }
+    while (d < end && lead.page(d) == row.page(d)) ++d;
+    return d;
   }
   bool pays(std::size_t users, std::size_t pages) const {
     return users >= 2 && pages > 0 &&
@@ -78,14 +97,14 @@ class PrefixFinder {
       // The run every member shares: the shortest common stretch of full pages with the lead,
       // found by contiguous scans (this walks every page of every sharing sequence).
       std::int64_t end = full_[static_cast<std::size_t>(lead)];
-      const std::int32_t* lead_row = row(lead);
+      const detail::SeqPages lead_row = table_.row(lead);
       for (std::int32_t s : g.seqs) {
         end = std::min(end, full_[static_cast<std::size_t>(s)]);
         if (end <= d) break;
-        end = std::mismatch(lead_row + d, lead_row + end, row(s) + d).first - lead_row;
+        end = mismatch_from(lead_row, s, d, end);
       }
       end = std::max(end, d);
-      g.pending.insert(g.pending.end(), lead_row + d, lead_row + end);
+      for (std::int64_t j = d; j < end; ++j) g.pending.push_back(static_cast<std::int32_t>(lead_row.page(j)));
       d = end;
     }
     if (pays(g.seqs.size(), g.pending.size())) {
@@ -124,11 +143,11 @@ class PrefixFinder {
     std::vector<std::int32_t>& own = own_[su];
     own = pending;
     for (std::int64_t j = d; j < num_pages(su); ++j) own.push_back(page(s, j));
-    own_last_len_[su] = d < num_pages(su) ? csr_.last_page_len[su] : static_cast<std::int32_t>(page_size_);
+    own_last_len_[su] = d < num_pages(su) ? last_len_[su] : static_cast<std::int32_t>(page_size_);
   }
 
   CascadeLayout assemble() {
-    const auto n = csr_.last_page_len.size();
+    const auto n = static_cast<std::size_t>(table_.num_rows);
     CascadeLayout out;
     out.levels.resize(shared_.size() + 1);
     auto add_row = [&](CascadeLayout::Level& level, const std::vector<std::int32_t>& pages, std::int32_t last_len) {
@@ -151,17 +170,19 @@ class PrefixFinder {
     CascadeLayout::Level& own_level = out.levels.back();
     for (std::size_t s = 0; s < n; ++s) {
       const std::int64_t pages = num_pages(s);
-      out.tokens_plain += pages == 0 ? 0 : (pages - 1) * page_size_ + csr_.last_page_len[s];
+      out.tokens_plain += pages == 0 ? 0 : (pages - 1) * page_size_ + last_len_[s];
       if (own_[s].empty()) continue;  // no KV, or all of it in shared rows
       own_level.seq_to_row[s] = add_row(own_level, own_[s], own_last_len_[s]);
     }
     return out;
   }
 
-  const CsrPageTableData& csr_;
+  const detail::PageTableAccess& table_;
   std::int64_t page_size_;
   SharedPrefixOptions options_;
-  std::vector<std::int64_t> full_;  // leading full pages of each sequence
+  std::vector<std::int64_t> pages_;      // pages of each sequence
+  std::vector<std::int32_t> last_len_;   // tokens in its last page
+  std::vector<std::int64_t> full_;       // leading full pages of each sequence
   // shared_[level]: (pages, sequences) of each shared row.
   std::vector<std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>>> shared_;
   std::vector<std::vector<std::int32_t>> own_;  // every sequence gets its row from set_own
@@ -183,10 +204,24 @@ std::vector<CascadeLevel> CascadeLayout::views() {
 CascadeLayout find_shared_prefixes(const PageTable& table, std::int64_t page_size,
                                    const SharedPrefixOptions& options) {
   check_arg(page_size >= 1, "page_size is " + std::to_string(page_size) + ", expected >= 1");
+  const CsrPageTableData csr = host_csr(table, page_size);
+  detail::PageTableAccess access;
+  access.num_rows = static_cast<std::int64_t>(csr.last_page_len.size());
+  access.indptr = csr.indptr.data();
+  access.indices = csr.indices.data();
+  access.last_page_len = csr.last_page_len.data();
+  access.page_size = page_size;
+  return detail::find_shared_prefixes(access, options);
+}
+
+namespace detail {
+
+CascadeLayout find_shared_prefixes(const PageTableAccess& table, const SharedPrefixOptions& options) {
   check_arg(options.min_saved_tokens >= 0,
             "options.min_saved_tokens is " + std::to_string(options.min_saved_tokens) + ", expected >= 0");
-  const CsrPageTableData csr = host_csr(table, page_size);
-  return PrefixFinder(csr, page_size, options).run();
+  return PrefixFinder(table, table.page_size, options).run();
 }
+
+}  // namespace detail
 
 }  // namespace pagedattn

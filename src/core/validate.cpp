@@ -161,12 +161,15 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
   a.page_size = kv.page_size;
   // A row's page ids: a branch-free scan first (it vectorises: tables of 10^5 ids are checked on
   // every call), the per-entry check with its message only when some id is out of range.
-  auto check_pages = [&](const std::int32_t* pages, std::int64_t count, std::int64_t stride, std::int64_t row) {
-    bool bad = false;
+  // One unsigned 32-bit compare per id (a negative id wraps above any limit): 64-bit compares
+  // of sign-extended ids do not vectorise on the baseline x86-64 target.
+  const auto page_limit = static_cast<std::uint32_t>(std::min<std::int64_t>(kv.num_pages, std::int64_t{1} << 31));
+  auto check_pages = [&, page_limit](const std::int32_t* pages, std::int64_t count, std::int64_t stride, std::int64_t row) {
+    std::uint32_t bad = 0;
     if (stride == 1) {  // the common case, kept apart so that it vectorises
-      for (std::int64_t j = 0; j < count; ++j) bad |= (pages[j] < 0) | (pages[j] >= kv.num_pages);
+      for (std::int64_t j = 0; j < count; ++j) bad |= static_cast<std::uint32_t>(static_cast<std::uint32_t>(pages[j]) >= page_limit);
     } else {
-      for (std::int64_t j = 0; j < count; ++j) bad |= (pages[j * stride] < 0) | (pages[j * stride] >= kv.num_pages);
+      for (std::int64_t j = 0; j < count; ++j) bad |= static_cast<std::uint32_t>(static_cast<std::uint32_t>(pages[j * stride]) >= page_limit);
     }
     if (!bad) return;
     for (std::int64_t j = 0; j < count; ++j) {

@@ -1,11 +1,12 @@
-// Cascade decode on CUDA: the planner, two small set-up kernels, the level launches, the merge.
+// Cascade decode on CUDA: the planner, the set-up kernel, the level launches, the merge.
 #include <algorithm>
 #include <cub/block/block_scan.cuh>
 #include <string>
+#include <vector>
 
 #include "cuda/cascade.h"
+#include "cuda/cascade_merge.h"
 #include "cuda/cuda_check.h"
-#include "cuda/merge_states.h"
 #include "cuda/prefill.h"
 #include "cuda/sm_count.h"
 #include "cuda/workspace.h"
@@ -15,8 +16,7 @@ namespace pagedattn::cuda {
 
 namespace {
 
-constexpr int kSetupThreads = 256;
-constexpr int kGroupThreads = 1024;
+constexpr int kSetupThreads = 1024;
 // A KV split shorter than this costs more in CTA start and merge than it gains in parallelism.
 constexpr std::int64_t kMinSplitTokens = 512;
 // Partial states are kept for every sequence: splits are capped so that they stay within this
@@ -34,13 +34,13 @@ struct PositionsParams {
   std::int64_t lse_per_seq = 0;
 };
 
-// Threads [0, num_seqs): a sequence's key offset at each level and its total length. All
-// threads: every partial state's LSE set to -inf (empty), since a gathered level writes only
-// its rows' users.
-__global__ void cascade_positions_kernel(const __grid_constant__ PositionsParams prm) {
-  const std::int64_t tid = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x;
+// Threads [0, num_seqs) of the grid's position blocks: a sequence's key offset at each level
+// and its total length. All their threads: every partial state's LSE set to -inf (empty), since
+// a gathered level writes only its rows' users.
+__device__ void cascade_positions(const PositionsParams& prm, std::int64_t block, std::int64_t blocks) {
+  const std::int64_t tid = block * blockDim.x + threadIdx.x;
   const std::int64_t n_lse = prm.num_seqs * prm.lse_per_seq;
-  for (std::int64_t i = tid; i < n_lse; i += std::int64_t{gridDim.x} * blockDim.x) prm.lse[i] = detail::kNegInf;
+  for (std::int64_t i = tid; i < n_lse; i += blocks * blockDim.x) prm.lse[i] = detail::kNegInf;
   if (tid >= prm.num_seqs) return;
   const std::int64_t s = tid;
   std::int64_t pos = 0;
@@ -52,46 +52,85 @@ __global__ void cascade_positions_kernel(const __grid_constant__ PositionsParams
   prm.total[s] = pos;
 }
 
-// One CTA: the users of each row, as a CSR (indptr [rows + 1]) over `order` [num_seqs]. The
-// order within a row is whatever the atomics give; a query's result does not depend on it,
-// except with fp8 caches, where q's power-of-two scaling is chosen per 16-row m-tile (it only
-// differs when some |q| >= 2^15).
-__global__ void __launch_bounds__(kGroupThreads)
-    group_by_row_kernel(const std::int32_t* seq_to_row, std::int64_t num_seqs, std::int64_t rows,
-                        std::int32_t* indptr, std::int32_t* cursor, std::int32_t* order) {
-  using Scan = cub::BlockScan<std::int32_t, kGroupThreads>;
+// A shared level's users of each row, as a CSR (indptr [rows + 1]) over `order` [num_seqs].
+struct GroupJob {
+  const std::int32_t* seq_to_row = nullptr;
+  std::int64_t rows = 0;
+  std::int32_t *indptr = nullptr, *cursor = nullptr, *order = nullptr;
+};
+
+// One block. The order within a row is whatever the atomics give; a query's result does not
+// depend on it, except with fp8 caches, where q's power-of-two scaling is chosen per 16-row
+// m-tile (it only differs when some |q| >= 2^15).
+__device__ void group_by_row(const GroupJob& job, std::int64_t num_seqs) {
+  using Scan = cub::BlockScan<std::int32_t, kSetupThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ std::int32_t carry;
-  for (std::int64_t r = threadIdx.x; r < rows; r += kGroupThreads) cursor[r] = 0;
+  const std::int64_t rows = job.rows;
+  for (std::int64_t r = threadIdx.x; r < rows; r += kSetupThreads) job.cursor[r] = 0;
   if (threadIdx.x == 0) carry = 0;
   __syncthreads();
-  for (std::int64_t s = threadIdx.x; s < num_seqs; s += kGroupThreads) {
-    const std::int32_t r = seq_to_row[s];
-    if (r >= 0) atomicAdd(&cursor[r], 1);
+  for (std::int64_t s = threadIdx.x; s < num_seqs; s += kSetupThreads) {
+    const std::int32_t r = job.seq_to_row[s];
+    if (r >= 0) atomicAdd(&job.cursor[r], 1);
   }
   __syncthreads();
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kGroupThreads) {
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kSetupThreads) {
     const std::int64_t r = r0 + threadIdx.x;
-    const std::int32_t count = r < rows ? cursor[r] : 0;
+    const std::int32_t count = r < rows ? job.cursor[r] : 0;
     std::int32_t before = 0, chunk_total = 0;
     Scan(scan_storage).ExclusiveSum(count, before, chunk_total);
-    if (r < rows) indptr[r] = cursor[r] = carry + before;
+    if (r < rows) job.indptr[r] = job.cursor[r] = carry + before;
     __syncthreads();  // every thread has read carry
     if (threadIdx.x == 0) carry += chunk_total;
     __syncthreads();
   }
-  if (threadIdx.x == 0) indptr[rows] = carry;
+  if (threadIdx.x == 0) job.indptr[rows] = carry;
   __syncthreads();
-  for (std::int64_t s = threadIdx.x; s < num_seqs; s += kGroupThreads) {
-    const std::int32_t r = seq_to_row[s];
-    if (r >= 0) order[atomicAdd(&cursor[r], 1)] = static_cast<std::int32_t>(s);
+  for (std::int64_t s = threadIdx.x; s < num_seqs; s += kSetupThreads) {
+    const std::int32_t r = job.seq_to_row[s];
+    if (r >= 0) job.order[atomicAdd(&job.cursor[r], 1)] = static_cast<std::int32_t>(s);
   }
+}
+
+struct SetupParams {
+  PositionsParams positions;
+  GroupJob groups[kMaxCascadeLevels];
+  int num_groups = 0;
+};
+
+// The cascade's set-up in one launch (each launch costs microseconds of a call that takes tens):
+// blocks [0, num_groups) group the users of one shared level each, the others do the positions.
+__global__ void __launch_bounds__(kSetupThreads) cascade_setup_kernel(const __grid_constant__ SetupParams prm) {
+  const int b = static_cast<int>(blockIdx.x);
+  if (b < prm.num_groups) return group_by_row(prm.groups[b], prm.positions.num_seqs);
+  cascade_positions(prm.positions, b - prm.num_groups, gridDim.x - prm.num_groups);
 }
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
 bool positional(const detail::AttentionProblem& p) {
   return p.variant.alibi_slopes != nullptr || p.variant.window_left >= 0;
+}
+
+// A second stream of this thread and device, with the events that fork it from and join it
+// back to the caller's stream (capturable: the fork and join become graph edges).
+struct ForkedStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t forked = nullptr, joined = nullptr;
+};
+const ForkedStream& forked_stream() {
+  thread_local std::vector<ForkedStream> per_device;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  if (per_device.size() <= static_cast<std::size_t>(device)) per_device.resize(static_cast<std::size_t>(device) + 1);
+  ForkedStream& f = per_device[static_cast<std::size_t>(device)];
+  if (f.stream == nullptr) {
+    check_cuda(cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking), "side stream");
+    check_cuda(cudaEventCreateWithFlags(&f.forked, cudaEventDisableTiming), "fork event");
+    check_cuda(cudaEventCreateWithFlags(&f.joined, cudaEventDisableTiming), "join event");
+  }
+  return f;
 }
 
 }  // namespace
@@ -152,7 +191,6 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
   plan.lse_offset = reserve(static_cast<std::size_t>(S * plan.num_states * Hq) * sizeof(float));
   plan.positions_offset = reserve(static_cast<std::size_t>((static_cast<std::int64_t>(levels.size()) + 1) * S) *
                                   sizeof(std::int64_t));
-  plan.zero_offset = reserve(static_cast<std::size_t>(D) * sizeof(float));
   plan.decode_offset = reserve(decode_bytes);
   plan.workspace_bytes = bytes;
   return plan;
@@ -173,7 +211,8 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   std::int64_t* total = key_offset + static_cast<std::int64_t>(levels.size()) * S;
   const std::int64_t n_states = plan.num_states;
 
-  PositionsParams pos;
+  SetupParams setup;
+  PositionsParams& pos = setup.positions;
   pos.num_levels = static_cast<int>(levels.size());
   pos.num_seqs = S;
   for (std::size_t l = 0; l < levels.size(); ++l) {
@@ -184,12 +223,27 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   pos.total = total;
   pos.lse = states_lse;
   pos.lse_per_seq = n_states * Hq;
-  const std::int64_t setup_threads = std::max(S, std::min<std::int64_t>(S * pos.lse_per_seq, std::int64_t{1} << 20));
-  cascade_positions_kernel<<<static_cast<unsigned>((setup_threads + kSetupThreads - 1) / kSetupThreads),
-                             kSetupThreads, 0, stream>>>(pos);
-  check_launch("cascade_positions_kernel", stream);
-
   for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (!plan.levels[l].shared) continue;
+    GroupJob& job = setup.groups[setup.num_groups++];
+    job.seq_to_row = levels[l].seq_to_row;
+    job.rows = levels[l].table.num_rows;
+    job.indptr = reinterpret_cast<std::int32_t*>(ws + plan.levels[l].groups_offset);
+    job.cursor = job.indptr + job.rows + 1;
+    job.order = job.cursor + job.rows;
+  }
+  const std::int64_t setup_threads = std::max(S, std::min<std::int64_t>(S * pos.lse_per_seq, std::int64_t{1} << 20));
+  const std::int64_t position_blocks = (setup_threads + kSetupThreads - 1) / kSetupThreads;
+  cascade_setup_kernel<<<static_cast<unsigned>(setup.num_groups + position_blocks), kSetupThreads, 0, stream>>>(setup);
+  check_launch("cascade_setup_kernel", stream);
+
+  // Levels without sharing (the sequences' own pages: a memory-bound decode) run on a second
+  // stream beside the shared levels (a compute-bound prefill), so that one's CTAs fill the SMs
+  // the other's wave leaves, and its tail.
+  const ForkedStream& fork = forked_stream();
+  check_cuda(cudaEventRecord(fork.forked, stream), "cascade fork");
+  check_cuda(cudaStreamWaitEvent(fork.stream, fork.forked, 0), "cascade fork");
+  auto run_level = [&](std::size_t l) {
     const CascadeLevelDesc& level = levels[l];
     const CascadeLevelPlan& lp = plan.levels[l];
     detail::AttentionProblem p = base;
@@ -207,10 +261,7 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
       // Rows become the prefill's sequences; their users' queries are gathered by `order`.
       const std::int64_t rows = level.table.num_rows;
       auto* indptr = reinterpret_cast<std::int32_t*>(ws + lp.groups_offset);
-      std::int32_t* cursor = indptr + rows + 1;
-      std::int32_t* order = cursor + rows;
-      group_by_row_kernel<<<1, kGroupThreads, 0, stream>>>(level.seq_to_row, S, rows, indptr, cursor, order);
-      check_launch("group_by_row_kernel", stream);
+      const std::int32_t* order = indptr + 2 * rows + 1;
       p.num_seqs = rows;
       p.qo_indptr = indptr;
       p.seq_to_row = nullptr;
@@ -228,34 +279,25 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
       p.key_pos_offset = key_offset + static_cast<std::int64_t>(l) * S;
       p.query_pos_end = total;
       decode(p, lp.decode, lp.decode.workspace_bytes > 0 ? ws + plan.decode_offset : nullptr,
-             lp.decode.workspace_bytes, stream);
+             lp.decode.workspace_bytes, fork.stream);
     }
+  };
+  // The decodes are launched first: their CTAs take the SMs, the prefill's CTAs follow as SMs
+  // drain (H100, 64 x (16384 + 256): 99 us per graph replay, 104 the other way round).
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (!plan.levels[l].shared) run_level(l);
   }
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (plan.levels[l].shared) run_level(l);
+  }
+  check_cuda(cudaEventRecord(fork.joined, fork.stream), "cascade join");
+  check_cuda(cudaStreamWaitEvent(stream, fork.joined, 0), "cascade join");
 
-  StateSet sets[2];
-  sets[0].v = reinterpret_cast<const std::byte*>(states);
-  sets[0].dtype = DType::kF32;
-  sets[0].v_row_stride = n_states * Hq * D;
-  sets[0].v_state_stride = Hq * D;
-  sets[0].v_head_stride = D;
-  sets[0].lse = states_lse;
-  sets[0].lse_row_stride = n_states * Hq;
-  sets[0].lse_state_stride = Hq;
-  sets[0].lse_head_stride = 1;
-  sets[0].count = n_states;
-  int num_sets = 1;
-  if (base.variant.sinks != nullptr) {
-    // A sink is one more state: LSE = its logit, value 0.
-    auto* zero = reinterpret_cast<float*>(ws + plan.zero_offset);
-    check_cuda(cudaMemsetAsync(zero, 0, static_cast<std::size_t>(D) * sizeof(float), stream), "cascade zero state");
-    sets[1].v = reinterpret_cast<const std::byte*>(zero);
-    sets[1].dtype = DType::kF32;
-    sets[1].lse = base.variant.sinks;
-    sets[1].lse_head_stride = 1;
-    sets[1].count = 1;
-    num_sets = 2;
-  }
-  StateOut out;
+  CascadeStates all;
+  all.v = states;
+  all.lse = states_lse;
+  all.count = n_states;
+  CascadeOutput out;
   out.v = base.qo.out;
   out.dtype = base.qo.out_dtype;
   out.v_row_stride = base.qo.out_token_stride;
@@ -263,7 +305,7 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   out.lse = base.qo.lse;
   out.lse_row_stride = base.qo.lse_token_stride;
   out.lse_head_stride = base.qo.lse_head_stride;
-  merge_states(sets, num_sets, out, S, Hq, D, stream);
+  fold_cascade_states(all, base.variant.sinks, out, S, Hq, D, stream);
 }
 
 }  // namespace pagedattn::cuda

@@ -44,8 +44,7 @@ void describe_level(const detail::PageTableAccess& host_table, const std::int32_
 struct CascadePlan {
   std::vector<CascadeLevelPlan> levels;
   std::int64_t num_states = 0;
-  std::size_t states_offset = 0, lse_offset = 0, positions_offset = 0, zero_offset = 0,
-              decode_offset = 0;
+  std::size_t states_offset = 0, lse_offset = 0, positions_offset = 0, decode_offset = 0;
   std::size_t workspace_bytes = 0;
 };
 
