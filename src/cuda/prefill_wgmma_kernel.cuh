@@ -271,9 +271,15 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     for (int ks = 0; ks < kKeys / 16; ++ks) sm90::fence_registers(pa[ks]);
   };
   // The online softmax of tile j's logits in sc, without branches (it runs while the previous
-  // tile's P V is in flight, and the compiler serialises wgmma around divergent code). Returns
-  // the factors the rows' outputs take.
-  auto softmax = [&](int j, auto masked_c, float (&corr)[2]) {
+  // tile's P V is in flight, and the compiler serialises wgmma around divergent code). Sets the
+  // factors the rows' outputs take, and `rescale` when any of them is not 1.
+  //
+  // A row's running maximum moves only when a tile's maximum exceeds it by more than
+  // kMaxDrift (base 2): the exponentials may then reach 2^kMaxDrift, well inside f32 and the
+  // 16-bit P, and most tiles after the first few need no rescale of O (64 multiplies per
+  // thread). The decision is per warp (its rows' O lives in its own registers).
+  constexpr float kMaxDrift = 8.0f;
+  auto softmax = [&](int j, auto masked_c, float (&corr)[2], bool& rescale) {
     constexpr bool kMasked = decltype(masked_c)::value;
     const int ts = static_cast<int>(t_lo) + j * kKeys;  // the tile's first key; positions fit 31 bits
     float rmax[2] = {kNegInf, kNegInf};
@@ -301,14 +307,20 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       }
     }
     const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
-    float m_sub[2];
+    float m_sub[2], m_new[2];
+    bool drift = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
       rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
-      const float m_new = fmaxf(m[r], rmax[r] * p_mul);  // s_mul > 0 keeps the order
-      corr[r] = m_new == kNegInf ? 1.0f : fast_exp2(m[r] - m_new);
-      m[r] = m_new;
+      m_new[r] = fmaxf(m[r], rmax[r] * p_mul);  // s_mul > 0 keeps the order
+      drift = drift || m_new[r] - m[r] > kMaxDrift;  // also the first key (-inf to finite)
+    }
+    rescale = __any_sync(0xffffffffu, drift);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      corr[r] = !rescale || m_new[r] == kNegInf ? 1.0f : fast_exp2(m[r] - m_new[r]);
+      m[r] = rescale ? m_new[r] : m[r];
       l[r] *= corr[r];
       // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
       m_sub[r] = m[r] == kNegInf ? 0.0f : m[r];
@@ -320,9 +332,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     }
   };
   // O takes the factors; P (sc) becomes the A fragments: n-blocks 2 ks and 2 ks + 1.
-  auto rescale_and_pack = [&](const float (&corr)[2]) {
+  auto rescale_and_pack = [&](const float (&corr)[2], bool rescale) {
+    if (rescale) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+    }
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
       pa[ks][0] = pack2<T>(sc[8 * ks], sc[8 * ks + 1]);
@@ -353,15 +367,16 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   // tensor cores.
   if (j_first <= j_last) {
     float corr[2];
+    bool rescale = false;
     wait_k(j_first);
     my_turn();
     issue_s(j_first);
     hand_over(j_first);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(sc);
-    if (masked(j_first)) softmax(j_first, std::true_type{}, corr);
-    else softmax(j_first, std::false_type{}, corr);
-    rescale_and_pack(corr);
+    if (masked(j_first)) softmax(j_first, std::true_type{}, corr, rescale);
+    else softmax(j_first, std::false_type{}, corr, rescale);
+    rescale_and_pack(corr, rescale);
     for (int j = j_first + 1; j <= j_last; ++j) {
       wait_k(j);
       wait_v(j - 1);
@@ -372,14 +387,14 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         hand_over(j);
         sm90::wgmma_wait<1>();  // S is done; the previous tile's P V may still run
         sm90::fence_registers(sc);
-        softmax(j, masked_c, corr);
+        softmax(j, masked_c, corr, rescale);
         sm90::wgmma_wait<0>();  // O and P are free again
         pv_done();
       };
       if (masked(j)) step(std::true_type{});
       else step(std::false_type{});
       release(j - 1);
-      rescale_and_pack(corr);
+      rescale_and_pack(corr, rescale);
     }
     wait_v(j_last);
     issue_pv(j_last);
