@@ -6,24 +6,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
-#include <variant>
 
 #include "core/find_prefixes.h"
+#include "core/validate.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn {
 
 namespace {
-
-// The table as one validated CSR copy.
-CsrPageTableData host_csr(const PageTable& table, std::int64_t page_size) {
-  if (const auto* bt = std::get_if<BlockTable>(&table)) return to_csr(*bt, page_size);
-  // to_block_table validates the CSR table; converting back gives it one canonical form.
-  BlockTableData padded = to_block_table(std::get<CsrPageTable>(table), page_size);
-  return to_csr(padded.view(), page_size);
-}
 
 // A group of sequences that share pages [0, depth) (or a part of them already laid out), with
 // the shared pages not yet given to a row.
@@ -204,13 +197,12 @@ std::vector<CascadeLevel> CascadeLayout::views() {
 CascadeLayout find_shared_prefixes(const PageTable& table, std::int64_t page_size,
                                    const SharedPrefixOptions& options) {
   check_arg(page_size >= 1, "page_size is " + std::to_string(page_size) + ", expected >= 1");
-  const CsrPageTableData csr = host_csr(table, page_size);
-  detail::PageTableAccess access;
-  access.num_rows = static_cast<std::int64_t>(csr.last_page_len.size());
-  access.indptr = csr.indptr.data();
-  access.indices = csr.indices.data();
-  access.last_page_len = csr.last_page_len.data();
-  access.page_size = page_size;
+  // Validated as the ops validate their tables (on the host, ids >= 0; no pool size is known
+  // here), then searched in place.
+  detail::KVCacheAccess pool;
+  pool.page_size = page_size;
+  pool.num_pages = std::numeric_limits<std::int32_t>::max();
+  const detail::PageTableAccess access = detail::resolve_table(Context::cpu(), table, pool, "table");
   return detail::find_shared_prefixes(access, options);
 }
 

@@ -166,6 +166,9 @@ TEST(SharedPrefix, BadInputIsRejected) {
   BlockTableData t = block_table({{1, 2}}, {20});
   EXPECT_THROW(find_shared_prefixes(t.view(), 0, {}), Error);
   EXPECT_THROW(find_shared_prefixes(t.view(), kPage, SharedPrefixOptions{-1}), Error);
+  t.block_table[1] = -3;  // a page the sequence uses
+  EXPECT_THROW(find_shared_prefixes(t.view(), kPage, {}), Error);
+  t.block_table[1] = 2;
   t.seq_lens[0] = 40;  // more tokens than its two pages hold
   EXPECT_THROW(find_shared_prefixes(t.view(), kPage, {}), Error);
 }
