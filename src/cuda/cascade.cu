@@ -126,9 +126,15 @@ const ForkedStream& forked_stream() {
   if (per_device.size() <= static_cast<std::size_t>(device)) per_device.resize(static_cast<std::size_t>(device) + 1);
   ForkedStream& f = per_device[static_cast<std::size_t>(device)];
   if (f.stream == nullptr) {
-    check_cuda(cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking), "side stream");
-    check_cuda(cudaEventCreateWithFlags(&f.forked, cudaEventDisableTiming), "fork event");
-    check_cuda(cudaEventCreateWithFlags(&f.joined, cudaEventDisableTiming), "join event");
+    // Created once, possibly while the caller's stream is being captured: relaxed capture mode
+    // lets these calls through whatever mode the capture uses.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "capture mode");
+    const cudaError_t created = cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking);
+    const cudaError_t forked = created == cudaSuccess ? cudaEventCreateWithFlags(&f.forked, cudaEventDisableTiming) : created;
+    const cudaError_t joined = forked == cudaSuccess ? cudaEventCreateWithFlags(&f.joined, cudaEventDisableTiming) : forked;
+    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "capture mode");
+    check_cuda(joined, "cascade side stream and events");
   }
   return f;
 }

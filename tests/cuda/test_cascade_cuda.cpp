@@ -160,6 +160,7 @@ std::vector<Case> cases() {
   add([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; });
   add([](Case& c) { c.head_dim = 64; });
   add([](Case& c) { c.head_dim = 80; });
+  add([](Case& c) { c.head_dim = 256; });
   add([](Case& c) { c.num_q_heads = 4; c.num_kv_heads = 4; });
   add([](Case& c) { c.num_q_heads = 40; c.num_kv_heads = 2; });  // 7 users x 20 heads: 2 row tiles
   add([](Case& c) { c.soft_cap = 5.0f; });
