@@ -8,6 +8,7 @@
 // rounded once, which gives the correctly rounded f32 result that the host's expf/logf give, so
 // the two backends agree to the last bit but in rare ties.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/problem.h"
 #include "cuda/cuda_check.h"
@@ -57,46 +58,34 @@ __device__ __forceinline__ float weight_of(float lse, float m) {
 // A run's conversions with one branch on the dtype per run (not per element): the kernel's
 // code stays small. A warp runs it about once per (row, head), so its size, not its
 // arithmetic, sets the time (ncu: an earlier form spent two thirds of its stall cycles waiting
-// for instructions).
-__device__ __forceinline__ void decode_run(DType t, const std::uint32_t (&b)[kRun], float (&x)[kRun]) {
+// for instructions). body(dtype) gets f32, f16 and bf16 as constants (their conversions fold
+// inline) and the fp8 dtypes as a runtime value.
+template <class Body>
+__device__ __forceinline__ void visit_run_dtype(DType t, Body&& body) {
   switch (t) {
-    case DType::kF32:
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) x[j] = decode_bits(DType::kF32, b[j]);
-      break;
-    case DType::kF16:
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) x[j] = decode_bits(DType::kF16, b[j]);
-      break;
-    case DType::kBF16:
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) x[j] = decode_bits(DType::kBF16, b[j]);
-      break;
-    default:
-#pragma unroll 1
-      for (int j = 0; j < kRun; ++j) x[j] = decode_bits(t, b[j]);
-      break;
+    case DType::kF32: body(std::integral_constant<DType, DType::kF32>{}); break;
+    case DType::kF16: body(std::integral_constant<DType, DType::kF16>{}); break;
+    case DType::kBF16: body(std::integral_constant<DType, DType::kBF16>{}); break;
+    default: body(t); break;
   }
 }
-__device__ __forceinline__ void encode_run(DType t, const float (&x)[kRun], std::uint32_t (&b)[kRun]) {
-  switch (t) {
-    case DType::kF32:
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) b[j] = encode_bits(DType::kF32, x[j]);
-      break;
-    case DType::kF16:
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) b[j] = encode_bits(DType::kF16, x[j]);
-      break;
-    case DType::kBF16:
-#pragma unroll
-      for (int j = 0; j < kRun; ++j) b[j] = encode_bits(DType::kBF16, x[j]);
-      break;
-    default:
+// f(j) for every element j of a run: unrolled for a constant dtype, a plain loop for a runtime
+// one (an fp8 conversion inlined eight times would grow the code the same way).
+template <class Dt, class F>
+__device__ __forceinline__ void for_run(Dt, F&& f) {
+  if constexpr (std::is_same_v<Dt, DType>) {
 #pragma unroll 1
-      for (int j = 0; j < kRun; ++j) b[j] = encode_bits(t, x[j]);
-      break;
+    for (int j = 0; j < kRun; ++j) f(j);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kRun; ++j) f(j);
   }
+}
+__device__ __forceinline__ void decode_run(DType t, const std::uint32_t (&b)[kRun], float (&x)[kRun]) {
+  visit_run_dtype(t, [&](auto dt) { for_run(dt, [&](int j) { x[j] = decode_bits(dt, b[j]); }); });
+}
+__device__ __forceinline__ void encode_run(DType t, const float (&x)[kRun], std::uint32_t (&b)[kRun]) {
+  visit_run_dtype(t, [&](auto dt) { for_run(dt, [&](int j) { b[j] = encode_bits(dt, x[j]); }); });
 }
 
 // std::max(a, b) as the CPU loop applies it: a NaN b leaves a as it is.
