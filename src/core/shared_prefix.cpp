@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "core/find_prefixes.h"
 #include "core/validate.h"
@@ -197,11 +197,18 @@ std::vector<CascadeLevel> CascadeLayout::views() {
 CascadeLayout find_shared_prefixes(const PageTable& table, std::int64_t page_size,
                                    const SharedPrefixOptions& options) {
   check_arg(page_size >= 1, "page_size is " + std::to_string(page_size) + ", expected >= 1");
-  // Validated as the ops validate their tables (on the host, ids >= 0; no pool size is known
-  // here), then searched in place.
+  // Validated as the ops validate their tables (on the host; ids >= 0, any i32 id being a page
+  // of some pool), then searched in place. The ops take contiguous CSR tensors only: others are
+  // copied into a block table first.
+  const auto* csr = std::get_if<CsrPageTable>(&table);
+  if (csr != nullptr && !(csr->indptr.is_contiguous() && csr->indices.is_contiguous() &&
+                          csr->last_page_len.is_contiguous())) {
+    BlockTableData padded = to_block_table(*csr, page_size);
+    return find_shared_prefixes(padded.view(), page_size, options);
+  }
   detail::KVCacheAccess pool;
   pool.page_size = page_size;
-  pool.num_pages = std::numeric_limits<std::int32_t>::max();
+  pool.num_pages = std::int64_t{1} << 31;
   const detail::PageTableAccess access = detail::resolve_table(Context::cpu(), table, pool, "table");
   return detail::find_shared_prefixes(access, options);
 }

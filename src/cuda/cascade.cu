@@ -114,7 +114,8 @@ bool positional(const detail::AttentionProblem& p) {
 }
 
 // A second stream of this thread and device, with the events that fork it from and join it
-// back to the caller's stream (capturable: the fork and join become graph edges).
+// back to the caller's stream (capturable: the fork and join become graph edges). Kept for the
+// thread's lifetime.
 struct ForkedStream {
   cudaStream_t stream = nullptr;
   cudaEvent_t forked = nullptr, joined = nullptr;
@@ -127,17 +128,66 @@ const ForkedStream& forked_stream() {
   ForkedStream& f = per_device[static_cast<std::size_t>(device)];
   if (f.stream == nullptr) {
     // Created once, possibly while the caller's stream is being captured: relaxed capture mode
-    // lets these calls through whatever mode the capture uses.
+    // lets these calls through whatever mode the capture uses. All three or none are kept.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "capture mode");
-    const cudaError_t created = cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking);
-    const cudaError_t forked = created == cudaSuccess ? cudaEventCreateWithFlags(&f.forked, cudaEventDisableTiming) : created;
-    const cudaError_t joined = forked == cudaSuccess ? cudaEventCreateWithFlags(&f.joined, cudaEventDisableTiming) : forked;
+    ForkedStream made;
+    cudaError_t err = cudaStreamCreateWithFlags(&made.stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.forked, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.joined, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      if (made.joined) cudaEventDestroy(made.joined);
+      if (made.forked) cudaEventDestroy(made.forked);
+      if (made.stream) cudaStreamDestroy(made.stream);
+    } else {
+      f = made;
+    }
     check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "capture mode");
-    check_cuda(joined, "cascade side stream and events");
+    check_cuda(err, "cascade side stream and events");
   }
   return f;
 }
+
+// Whether work forked from `stream` may go to `side`: not when `side` still belongs to a capture
+// that `stream` is not part of (a capture of another stream of this thread, not yet ended),
+// since a fork would then cross capture boundaries.
+bool side_stream_usable(cudaStream_t side, cudaStream_t stream) {
+  cudaStreamCaptureStatus side_status = cudaStreamCaptureStatusNone, status = cudaStreamCaptureStatusNone;
+  unsigned long long side_id = 0, id = 0;
+  check_cuda(cudaStreamGetCaptureInfo(side, &side_status, &side_id), "side stream capture status");
+  if (side_status == cudaStreamCaptureStatusNone) return true;
+  check_cuda(cudaStreamGetCaptureInfo(stream, &status, &id), "stream capture status");
+  return side_status == cudaStreamCaptureStatusActive && status == cudaStreamCaptureStatusActive && side_id == id;
+}
+
+// Joins the side stream back into the caller's stream once: explicitly on success, or on the
+// way out when something throws after the fork (so the workspace, freed on the caller's stream
+// after this object is gone, outlives the side stream's kernels, and a capture is not left with
+// an unjoined fork).
+class SideJoin {
+ public:
+  SideJoin(const ForkedStream& fork, cudaStream_t side, cudaStream_t stream)
+      : fork_(fork), side_(side), stream_(stream) {}
+  SideJoin(const SideJoin&) = delete;
+  SideJoin& operator=(const SideJoin&) = delete;
+  ~SideJoin() {
+    if (!done_ && side_ != stream_) {
+      cudaEventRecord(fork_.joined, side_);  // errors ignored: an exception is on its way already
+      cudaStreamWaitEvent(stream_, fork_.joined, 0);
+    }
+  }
+  void join() {
+    done_ = true;
+    if (side_ == stream_) return;
+    check_cuda(cudaEventRecord(fork_.joined, side_), "cascade join");
+    check_cuda(cudaStreamWaitEvent(stream_, fork_.joined, 0), "cascade join");
+  }
+
+ private:
+  const ForkedStream& fork_;
+  cudaStream_t side_, stream_;
+  bool done_ = false;
+};
 
 }  // namespace
 
@@ -246,9 +296,14 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   // Levels without sharing (the sequences' own pages: a memory-bound decode) run on a second
   // stream beside the shared levels (a compute-bound prefill), so that one's CTAs fill the SMs
   // the other's wave leaves, and its tail.
+  // (When the side stream is held by another capture, everything runs on the caller's stream.)
   const ForkedStream& fork = forked_stream();
-  check_cuda(cudaEventRecord(fork.forked, stream), "cascade fork");
-  check_cuda(cudaStreamWaitEvent(fork.stream, fork.forked, 0), "cascade fork");
+  const cudaStream_t side = side_stream_usable(fork.stream, stream) ? fork.stream : stream;
+  if (side != stream) {
+    check_cuda(cudaEventRecord(fork.forked, stream), "cascade fork");
+    check_cuda(cudaStreamWaitEvent(side, fork.forked, 0), "cascade fork");
+  }
+  SideJoin side_join(fork, side, stream);
   auto run_level = [&](std::size_t l) {
     const CascadeLevelDesc& level = levels[l];
     const CascadeLevelPlan& lp = plan.levels[l];
@@ -285,7 +340,7 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
       p.key_pos_offset = key_offset + static_cast<std::int64_t>(l) * S;
       p.query_pos_end = total;
       decode(p, lp.decode, lp.decode.workspace_bytes > 0 ? ws + plan.decode_offset : nullptr,
-             lp.decode.workspace_bytes, fork.stream);
+             lp.decode.workspace_bytes, side);
     }
   };
   // The decodes are launched first: their CTAs take the SMs, the prefill's CTAs follow as SMs
@@ -296,8 +351,7 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   for (std::size_t l = 0; l < levels.size(); ++l) {
     if (plan.levels[l].shared) run_level(l);
   }
-  check_cuda(cudaEventRecord(fork.joined, fork.stream), "cascade join");
-  check_cuda(cudaStreamWaitEvent(stream, fork.joined, 0), "cascade join");
+  side_join.join();
 
   CascadeStates all;
   all.v = states;

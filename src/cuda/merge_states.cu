@@ -117,8 +117,9 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams prm) {
     float denom = 0.0f;
     std::byte* o_row = out.v + (r * out.v_row_stride + h * out.v_head_stride) * out_size;
     // Every lane runs every pass (the shuffles need the whole warp); lanes past the row's dims
-    // load and store nothing.
-    for (std::int64_t d_base = 0; d_base < D; d_base += kWarp * kRun) {
+    // load and store nothing. The first pass also sums the denominator, so it runs even for
+    // head_dim 0 (the LSE is still wanted).
+    for (std::int64_t d_base = 0; d_base == 0 || d_base < D; d_base += kWarp * kRun) {
       const std::int64_t d0 = d_base + std::int64_t{lane} * kRun;
       const bool active = d0 < D;
       const int n = active ? static_cast<int>(D - d0 < kRun ? D - d0 : kRun) : 0;

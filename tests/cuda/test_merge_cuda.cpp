@@ -202,7 +202,7 @@ std::vector<MergeCase> merge_cases() {
   for (DType a : kTypes)
     for (DType b : kTypes)
       for (DType o : kTypes) out.push_back(MergeCase{a, b, o});
-  for (std::int64_t d : {8, 20, 64, 80, 256, 512, 1}) {
+  for (std::int64_t d : {8, 20, 64, 80, 256, 512, 1, 0}) {  // 0: no values, the LSE still merged
     MergeCase c{DType::kBF16, DType::kF32, DType::kBF16};
     c.dim = d;
     out.push_back(c);
