@@ -7,7 +7,7 @@
 
 #include "core/problem.h"
 #include "cuda/cuda_check.h"
-#include "cuda/kv_vec.cuh"
+#include "cuda/decode_kernel.cuh"
 
 namespace pagedattn::cuda {
 
@@ -17,7 +17,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxDims = 256;
 constexpr int kChunk = 16;  // states whose rows load together
-constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 struct FoldParams {
   CascadeStates states;
@@ -96,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) fold_cascade_kernel(const __grid_con
     for (int j = 0; j < 4; ++j) store_one(o_row, out.dtype, d + j, acc[half][j] * inv);
   }
   if (lane == 0 && out.lse) {
-    out.lse[s * out.lse_row_stride + h * out.lse_head_stride] = l > 0.0f ? (m + log2f(l)) * kLn2 : detail::kNegInf;
+    out.lse[s * out.lse_row_stride + h * out.lse_head_stride] = natural_lse(m, l);
   }
 }
 
