@@ -29,8 +29,9 @@ struct Group {
 
 class PrefixFinder {
  public:
-  PrefixFinder(const detail::PageTableAccess& table, std::int64_t page_size, const SharedPrefixOptions& options)
-      : table_(table), page_size_(page_size), options_(options) {
+  PrefixFinder(const detail::PageTableAccess& table, const SharedPrefixOptions& options)
+      : table_(table), page_size_(table.page_size), options_(options) {
+    const std::int64_t page_size = page_size_;
     const auto n = static_cast<std::size_t>(table.num_rows);
     own_.resize(n);
     own_last_len_.assign(n, 0);
@@ -135,7 +136,8 @@ class PrefixFinder {
     const auto su = static_cast<std::size_t>(s);
     std::vector<std::int32_t>& own = own_[su];
     own = pending;
-    for (std::int64_t j = d; j < num_pages(su); ++j) own.push_back(page(s, j));
+    const detail::SeqPages row = table_.row(s);
+    for (std::int64_t j = d; j < num_pages(su); ++j) own.push_back(static_cast<std::int32_t>(row.page(j)));
     own_last_len_[su] = d < num_pages(su) ? last_len_[su] : static_cast<std::int32_t>(page_size_);
   }
 
@@ -218,7 +220,7 @@ namespace detail {
 CascadeLayout find_shared_prefixes(const PageTableAccess& table, const SharedPrefixOptions& options) {
   check_arg(options.min_saved_tokens >= 0,
             "options.min_saved_tokens is " + std::to_string(options.min_saved_tokens) + ", expected >= 0");
-  return PrefixFinder(table, table.page_size, options).run();
+  return PrefixFinder(table, options).run();
 }
 
 }  // namespace detail
