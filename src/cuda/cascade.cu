@@ -7,6 +7,7 @@
 #include "cuda/cascade.h"
 #include "cuda/cascade_merge.h"
 #include "cuda/cuda_check.h"
+#include "cuda/forked_stream.h"
 #include "cuda/prefill.h"
 #include "cuda/sm_count.h"
 #include "cuda/workspace.h"
@@ -112,82 +113,6 @@ std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 bool positional(const detail::AttentionProblem& p) {
   return p.variant.alibi_slopes != nullptr || p.variant.window_left >= 0;
 }
-
-// A second stream of this thread and device, with the events that fork it from and join it
-// back to the caller's stream (capturable: the fork and join become graph edges). Kept for the
-// thread's lifetime.
-struct ForkedStream {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t forked = nullptr, joined = nullptr;
-};
-const ForkedStream& forked_stream() {
-  thread_local std::vector<ForkedStream> per_device;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "current device");
-  if (per_device.size() <= static_cast<std::size_t>(device)) per_device.resize(static_cast<std::size_t>(device) + 1);
-  ForkedStream& f = per_device[static_cast<std::size_t>(device)];
-  if (f.stream == nullptr) {
-    // Created once, possibly while the caller's stream is being captured: relaxed capture mode
-    // lets these calls through whatever mode the capture uses. All three or none are kept.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "capture mode");
-    ForkedStream made;
-    cudaError_t err = cudaStreamCreateWithFlags(&made.stream, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.forked, cudaEventDisableTiming);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&made.joined, cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-      if (made.joined) cudaEventDestroy(made.joined);
-      if (made.forked) cudaEventDestroy(made.forked);
-      if (made.stream) cudaStreamDestroy(made.stream);
-    } else {
-      f = made;
-    }
-    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "capture mode");
-    check_cuda(err, "cascade side stream and events");
-  }
-  return f;
-}
-
-// Whether work forked from `stream` may go to `side`: not when `side` still belongs to a capture
-// that `stream` is not part of (a capture of another stream of this thread, not yet ended),
-// since a fork would then cross capture boundaries.
-bool side_stream_usable(cudaStream_t side, cudaStream_t stream) {
-  cudaStreamCaptureStatus side_status = cudaStreamCaptureStatusNone, status = cudaStreamCaptureStatusNone;
-  unsigned long long side_id = 0, id = 0;
-  check_cuda(cudaStreamGetCaptureInfo(side, &side_status, &side_id), "side stream capture status");
-  if (side_status == cudaStreamCaptureStatusNone) return true;
-  check_cuda(cudaStreamGetCaptureInfo(stream, &status, &id), "stream capture status");
-  return side_status == cudaStreamCaptureStatusActive && status == cudaStreamCaptureStatusActive && side_id == id;
-}
-
-// Joins the side stream back into the caller's stream once: explicitly on success, or on the
-// way out when something throws after the fork (so the workspace, freed on the caller's stream
-// after this object is gone, outlives the side stream's kernels, and a capture is not left with
-// an unjoined fork).
-class SideJoin {
- public:
-  SideJoin(const ForkedStream& fork, cudaStream_t side, cudaStream_t stream)
-      : fork_(fork), side_(side), stream_(stream) {}
-  SideJoin(const SideJoin&) = delete;
-  SideJoin& operator=(const SideJoin&) = delete;
-  ~SideJoin() {
-    if (!done_ && side_ != stream_) {
-      cudaEventRecord(fork_.joined, side_);  // errors ignored: an exception is on its way already
-      cudaStreamWaitEvent(stream_, fork_.joined, 0);
-    }
-  }
-  void join() {
-    done_ = true;
-    if (side_ == stream_) return;
-    check_cuda(cudaEventRecord(fork_.joined, side_), "cascade join");
-    check_cuda(cudaStreamWaitEvent(stream_, fork_.joined, 0), "cascade join");
-  }
-
- private:
-  const ForkedStream& fork_;
-  cudaStream_t side_, stream_;
-  bool done_ = false;
-};
 
 }  // namespace
 
