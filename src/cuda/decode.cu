@@ -1,12 +1,15 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "cuda/cuda_check.h"
 #include "cuda/decode.h"
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_mma_launch.h"
 #include "cuda/kv_rows.h"
+#include "cuda/page_tensor_map.h"
 #include "cuda/sm_count.h"
 #include "cuda/workspace.h"
 
@@ -39,6 +42,32 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
   c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
   c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
   return c;
+}
+
+// The tensor-core kernel's Hopper variant: K/V tiles as TMA boxes of 16 slots, so pages must
+// hold whole tiles, and the cache must be q's 16-bit dtype in rows the driver can describe.
+// Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
+bool use_tma_tiles(const detail::AttentionProblem& p, const KernelChoice& choice, DecodeKernelParams& prm) {
+#if defined(PAGEDATTN_WITH_SM90A)
+  const char* env = std::getenv("PAGEDATTN_DECODE_TMA");
+  if (env != nullptr && std::string_view(env) == "0") return false;
+  if (!choice.mma || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  if (!is_sm90(device)) return false;
+  PageBoxes k, v;
+  if (!encode_page_boxes(p.kv.k, p.kv, p.kv.dtype, 64, 16, k) || !encode_page_boxes(p.kv.v, p.kv, p.kv.dtype, 64, 16, v) ||
+      k.head_inner != v.head_inner) {
+    return false;
+  }
+  prm.k_tiles = k.map;
+  prm.v_tiles = v.map;
+  prm.tma_head_inner = k.head_inner;
+  return true;
+#else
+  (void)p, (void)choice, (void)prm;
+  return false;
+#endif
 }
 
 // Programmatic dependent launch needs sm_90.
@@ -183,7 +212,13 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  if (choice.mma) {
+  if (use_tma_tiles(p, choice, prm)) {
+#if defined(PAGEDATTN_WITH_SM90A)
+    const int d = static_cast<int>(p.head_dim);
+    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, grid, stream);
+    else launch_paged_decode_mma<__half, __half, true>(prm, d, grid, stream);
+#endif
+  } else if (choice.mma) {
     switch (p.kv.dtype) {
       case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), grid, stream); break;
       case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;

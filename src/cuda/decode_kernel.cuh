@@ -10,6 +10,7 @@
 // merge_splits_kernel combines.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,6 +48,11 @@ struct DecodeKernelParams {
   FastDiv page_div;                   // by page_size
   float* part_o = nullptr;      // [num_seqs, max_splits, num_q_heads, head_dim]
   float* part_lse = nullptr;    // [num_seqs, max_splits, num_q_heads], base-2
+  // The Hopper TMA variant of the tensor-core kernel: K and V as boxes of 64 dims x 16 slots
+  // of one head (page_tensor_map.h), coordinates (dim, head, slot, page) or, when
+  // !tma_head_inner, (dim, slot, head, page).
+  bool tma_head_inner = true;
+  CUtensorMap k_tiles, v_tiles;
 };
 
 constexpr int kDecodeThreads = 128;

@@ -11,9 +11,14 @@
 // fp8. fp8 tiles land unpadded in shared memory; each lane widens the chunks it copied to f16
 // (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile, q is scaled into f16's
 // range by a power of two, and the K/V scales fold into the logit scale and the final output.
+// On Hopper, 16-bit caches whose pages hold whole tiles take the TMA variant (kTma): one lane
+// copies a tile as four tensor boxes (K and V, two 64-dim halves each) into 128-byte-swizzled
+// rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
 #pragma once
 
+#include "cuda/async_copy.cuh"
 #include "cuda/decode_kernel.cuh"
+#include "cuda/decode_mma_launch.h"
 #include "cuda/mma_fragments.cuh"
 
 namespace pagedattn::cuda {
@@ -26,7 +31,7 @@ namespace pagedattn::cuda {
 // streaming instead of one.
 constexpr int kMmaDecodeThreads = 64;
 
-template <class KV, int kD>
+template <class KV, int kD, bool kTma = false>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
   static constexpr int kWarps = kMmaDecodeThreads / 32;
@@ -34,8 +39,9 @@ struct MmaDecodeSmem {
   static constexpr int kRowElems = kD + 8;  // 16-bit rows +16 bytes: ldmatrix rows in distinct banks
   static constexpr int kStages = 3;
   static constexpr int kPageChunk = 1024;
-  // fp8 rows stay unpadded: only the lane that copied a chunk reads it back.
-  static constexpr int kStageRowBytes = kFp8 ? kD : kRowElems * 2;
+  // fp8 rows stay unpadded: only the lane that copied a chunk reads it back. TMA rows are
+  // unpadded too: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
+  static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD : kRowElems * 2;
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // one of K or V
@@ -44,24 +50,33 @@ struct MmaDecodeSmem {
   static constexpr int kWideBytes = kFp8 ? kWarps * 2 * kWideTileBytes : 0;
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
   static constexpr int kMergeBytes = kWarps * 16 * (kD + 2) * 4;
-  static constexpr int kBytes = kPageChunk * 4 + (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+  static constexpr int kRegionBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+  // TMA: one mbarrier per (warp, stage) after the region, and slack to align the swizzled tiles
+  // to 1024 bytes.
+  static constexpr int kBarrierBytes = kTma ? kStages * kWarps * 8 : 0;
+  static constexpr int kAlignSlack = kTma ? 1024 : 0;
+  static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes;
 };
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
-template <class KV, class T, int kD>
+template <class KV, class T, int kD, bool kTma>
 __global__ void __launch_bounds__(kMmaDecodeThreads)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
-  using Smem = MmaDecodeSmem<KV, kD>;
+  using Smem = MmaDecodeSmem<KV, kD, kTma>;
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
   constexpr int kG = 16;              // query-head rows of the mma tile
   constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems;
   constexpr bool kFp8 = Smem::kFp8;
   constexpr float kNegInf = detail::kNegInf;
-  extern __shared__ __align__(16) unsigned char smem[];
+  static_assert(!kTma || !kFp8, "TMA tiles are 16-bit");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw;
+  if constexpr (kTma) smem += (1024 - (sm90::smem_address(smem_raw) & 1023)) & 1023;
   auto* s_pages = reinterpret_cast<std::int32_t*>(smem);
   unsigned char* s_region = smem + kPageChunk * 4;
+  auto* s_bars = reinterpret_cast<std::uint64_t*>(s_region + Smem::kRegionBytes);  // TMA: [warp][stage]
 
   const detail::AttentionProblem& p = prm.p;
   DecodeCta cta = cta_coords(prm, kG);
@@ -92,6 +107,11 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       }
     }
   });
+  if constexpr (kTma) {  // visible to the warp's lanes after the first stage_pages' __syncthreads
+    if (lane == 0) {
+      for (int st = 0; st < kStages; ++st) sm90::mbarrier_init(&s_bars[warp * kStages + st], 1);
+    }
+  }
   if (!init_cta(prm, cta)) return;
   const std::int64_t q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
   const int kv_head = cta.kv_head;
@@ -122,9 +142,15 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, lane_chunk * kChunkElems);
   const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, lane_chunk * kChunkElems);
   unsigned char* warp_pipe = s_region + warp * Smem::kStageWarpBytes;
+  // The warp's tiles go round the stages in one sequence across page chunks (tiles_done counts
+  // the earlier chunks' tiles), so a stage's mbarrier phases keep counting.
+  std::int64_t tiles_done = 0;
+  auto stage_of = [&](std::int64_t j) { return static_cast<int>((tiles_done + j) % kStages); };
   auto stage_ptr = [&](std::int64_t j, int is_v) {
-    return warp_pipe + (j % kStages) * (kWarps * Smem::kStageWarpBytes) + is_v * Smem::kTileBytes;
+    return warp_pipe + stage_of(j) * (kWarps * Smem::kStageWarpBytes) + is_v * Smem::kTileBytes;
   };
+  std::uint64_t* warp_bars = s_bars + warp * kStages;
+  auto stage_parity = [&](std::int64_t j) { return static_cast<unsigned>(((tiles_done + j) / kStages) & 1); };
   // Row r, chunk c of a staged tile.
   auto chunk_ptr = [&](unsigned char* tile, int r, int c) { return tile + r * Smem::kStageRowBytes + c * 16; };
   // The 16-bit tiles the tensor cores read: the staged ones, or (fp8) this warp's widened copies.
@@ -134,7 +160,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     if constexpr (kFp8) return wide + is_v * (Smem::kWideTileBytes / 2);
     else return reinterpret_cast<T*>(stage_ptr(j, is_v));
   };
-  const bool page_tiles = P % kTokens == 0;
+  const bool page_tiles = kTma || P % kTokens == 0;  // the host takes TMA only for such pages
   const std::int64_t k_row_step = (32 / kChunks) * ka.token_stride;  // between a lane's rows
   const std::int64_t v_row_step = (32 / kChunks) * va.token_stride;
 
@@ -159,6 +185,27 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     };
 
     auto issue = [&](std::int64_t j) {
+      if constexpr (kTma) {
+        // The tile lies in one page (page_tiles); keys of it outside [c_begin, c_end) are in
+        // that page too, so the boxes never leave the pool (their V rows are zeroed on arrival).
+        if (j < n_mine && lane == 0) {
+          const auto local = static_cast<std::uint32_t>(tile_start(j) - cp0 * P);
+          const std::uint32_t page_idx = prm.page_div.div(local);
+          const int page = s_pages[page_idx];
+          const int slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
+          const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
+          std::uint64_t* bar = &warp_bars[stage_of(j)];
+          sm90::mbarrier_arrive_expect_tx(bar, 2 * Smem::kTileBytes);
+          const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
+          const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
+#pragma unroll
+          for (int h = 0; h < kD / 64; ++h) {
+            sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar);
+            sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar);
+          }
+        }
+        return;
+      }
       if (j < n_mine) {
         const std::int64_t t0 = tile_start(j);
         if (page_tiles && t0 >= c_begin && t0 + kTokens <= c_end) {
@@ -198,7 +245,23 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     for (std::int64_t j = 0; j < n_mine; ++j) {
       __syncwarp();  // every lane is done reading the stage about to be refilled
       issue(j + kStages - 1);
-      cp_async_wait<kStages - 1>();
+      if constexpr (kTma) {
+        sm90::mbarrier_wait(&warp_bars[stage_of(j)], stage_parity(j));
+        const std::int64_t t0 = tile_start(j);
+        if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
+          unsigned char* v_tile = stage_ptr(j, 1);
+#pragma unroll
+          for (int i = lane; i < kTokens * kD / 8; i += 32) {
+            const int r = i / (kD / 8), c = i % (kD / 8);
+            if (t0 + r < c_begin || t0 + r >= c_end) {
+              *reinterpret_cast<uint4*>(v_tile + sm90::swizzled_offset(r, c, kTokens)) = make_uint4(0, 0, 0, 0);
+            }
+          }
+          sm90::fence_shared_for_async();  // before a later box lands on these rows
+        }
+      } else {
+        cp_async_wait<kStages - 1>();
+      }
       if constexpr (kFp8) {  // widen the chunks this lane copied (its own copies have landed)
 #pragma unroll
         for (int i = 0; i < kTokens * kChunks / 32; ++i) {
@@ -222,7 +285,13 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; kk += 2) {
           std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
-          ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+          if constexpr (kTma) {
+            const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
+            ldmatrix_x4<false>(b, reinterpret_cast<const T*>(
+                                      base + sm90::swizzled_offset(nt * 8 + (lane & 7), 2 * kk + (lane >> 3), kTokens)));
+          } else {
+            ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+          }
           mma16816<T>(sc[nt], qa[kk], b[0], b[1]);
           mma16816<T>(sc[nt], qa[kk + 1], b[2], b[3]);
         }
@@ -280,12 +349,19 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 #pragma unroll
       for (int n = 0; n < kD / 8; n += 2) {
         std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
-        ldmatrix_x4<true>(b, v_tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
+        const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+        if constexpr (kTma) {
+          const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+          ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
+        } else {
+          ldmatrix_x4<true>(b, v_tile + v_row * kRowElems + n * 8 + (lane >> 4) * 8);
+        }
         mma16816<T>(o[n], pa, b[0], b[1]);
         mma16816<T>(o[n + 1], pa, b[2], b[3]);
       }
     }
-    cp_async_wait<0>();
+    if constexpr (!kTma) cp_async_wait<0>();
+    tiles_done += n_mine;
   }
 
   // Row sums were accumulated per lane: complete them across the quad.
@@ -313,14 +389,15 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   write_cta_result(prm, cta, s_m, s_l, s_acc, kWarps, kG, kD, v_scale);
 }
 
-// Launches paged_decode_mma_kernel<KV, T, head_dim> (T bf16 or f16; KV = T, or fp8 with T = f16;
-// head_dim 64 or 128). Instantiated in instantiations/decode_mma_*.cu.
-template <class KV, class T>
+// Launches paged_decode_mma_kernel<KV, T, head_dim, kTma> (T bf16 or f16; KV = T, or fp8 with
+// T = f16; head_dim 64 or 128). Instantiated in instantiations/decode_mma_*.cu, and with kTma
+// (KV = T) in sm90a/decode_mma_tma_*.cu.
+template <class KV, class T, bool kTma>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
   auto launch = [&](auto d_c) {
     constexpr int kD = decltype(d_c)::value;
-    constexpr int kBytes = MmaDecodeSmem<KV, kD>::kBytes;
-    auto kernel = paged_decode_mma_kernel<KV, T, kD>;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }

@@ -1,6 +1,8 @@
 // Internal: the tensor-core GQA decode launchers (defined in decode_mma_kernel.cuh,
 // instantiated in instantiations/decode_mma_*.cu). KV: cache storage type (T, or fp8 with T = f16);
-// T: q's 16-bit dtype, the type the tensor cores multiply.
+// T: q's 16-bit dtype, the type the tensor cores multiply; kTma: the Hopper variant whose tiles
+// come as TMA boxes (KV = T; needs prm.k_tiles / v_tiles, an sm_90 device, and pages of a
+// multiple of 16 slots; instantiated only in the sm_90a objects, PAGEDATTN_WITH_SM90A).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +11,6 @@
 
 namespace pagedattn::cuda {
 struct DecodeKernelParams;
-template <class KV, class T>
+template <class KV, class T, bool kTma = false>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream);
 }  // namespace pagedattn::cuda

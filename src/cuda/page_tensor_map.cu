@@ -28,10 +28,13 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 }  // namespace
 
 bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, DType dtype, int box_dims,
-                       PageBoxes& out) {
+                       int box_slots, PageBoxes& out) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
   constexpr std::int64_t kElem = 2;
-  if (!t.dim_contiguous(kv.head_dim) || kv.page_size > 256 || box_dims * kElem > 128) return false;
+  if (!t.dim_contiguous(kv.head_dim) || box_slots < 1 || box_slots > 256 || box_slots > kv.page_size ||
+      box_dims * kElem > 128) {
+    return false;
+  }
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
   // A dimension of extent 1 is never stepped along: any valid stride will do.
   const std::int64_t head_bytes = kv.num_kv_heads > 1 ? t.head_stride * kElem : 16;
@@ -49,7 +52,7 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   const std::array<cuuint64_t, 3> strides = {static_cast<cuuint64_t>(out.head_inner ? head_bytes : slot_bytes),
                                              static_cast<cuuint64_t>(out.head_inner ? slot_bytes : head_bytes),
                                              static_cast<cuuint64_t>(page_bytes)};
-  const auto P = static_cast<cuuint32_t>(kv.page_size);
+  const auto P = static_cast<cuuint32_t>(box_slots);
   const std::array<cuuint32_t, 4> box = {static_cast<cuuint32_t>(box_dims), out.head_inner ? 1u : P,
                                          out.head_inner ? P : 1u, 1u};
   const std::array<cuuint32_t, 4> steps = {1, 1, 1, 1};

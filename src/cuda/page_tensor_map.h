@@ -11,17 +11,17 @@ namespace pagedattn::cuda {
 
 // t as the 4-d tensor (dim, head, slot, page) -- or (dim, slot, head, page) when heads are
 // further apart than slots, as in HND: the driver wants strides that grow outwards -- whose
-// boxes are `box_dims` dims x one page of one head, written to shared memory as rows of 128
-// bytes in the 128-byte swizzle that wgmma reads.
+// boxes are `box_dims` dims x `box_slots` slots of one page and one head, written to shared
+// memory as rows of 128 bytes in the 128-byte swizzle that wgmma and ldmatrix read.
 struct PageBoxes {
   CUtensorMap map;
   bool head_inner = true;  // coordinate order: (dim, head, slot, page) when true
 };
 
 // Encodes the boxes of t (16-bit elements); false when t's layout or alignment does not allow
-// it (dims not contiguous, strides not multiples of 16 bytes, page size above 256) or the
-// driver refuses: the kernel then gathers with cp.async.
+// it (dims not contiguous, strides not multiples of 16 bytes, box_slots above 256 or the page
+// size) or the driver refuses: the kernel then gathers with cp.async.
 bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, DType dtype, int box_dims,
-                       PageBoxes& out);
+                       int box_slots, PageBoxes& out);
 
 }  // namespace pagedattn::cuda

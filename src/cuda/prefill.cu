@@ -44,11 +44,6 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 
 namespace {
 
-bool is_sm90(int device) {
-  return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
-         cached_device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
-}
-
 bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 #if defined(PAGEDATTN_WITH_SM90A)
   const char* forced = std::getenv("PAGEDATTN_PREFILL_KERNEL");
@@ -77,7 +72,9 @@ bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm)
   const std::int64_t P = p.kv.page_size;
   if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
   PageBoxes k, v;
-  if (!encode_page_boxes(p.kv.k, p.kv, p.kv.dtype, 64, k) || !encode_page_boxes(p.kv.v, p.kv, p.kv.dtype, 64, v) ||
+  const int slots = static_cast<int>(P);
+  if (!encode_page_boxes(p.kv.k, p.kv, p.kv.dtype, 64, slots, k) ||
+      !encode_page_boxes(p.kv.v, p.kv, p.kv.dtype, 64, slots, v) ||
       k.head_inner != v.head_inner) {
     return false;
   }

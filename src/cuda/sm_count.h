@@ -11,4 +11,10 @@ int cached_device_attribute(cudaDeviceAttr attribute, int device);
 
 inline int sm_count(int device) { return cached_device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
+// Compute capability 9.0 exactly: the only devices the sm_90a kernels run on.
+inline bool is_sm90(int device) {
+  return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) == 9 &&
+         cached_device_attribute(cudaDevAttrComputeCapabilityMinor, device) == 0;
+}
+
 }  // namespace pagedattn::cuda

@@ -1,12 +1,10 @@
-// Internal (CUDA, sm_90a): Hopper's warpgroup MMA (wgmma) and the shared-memory barriers
-// (mbarrier) that pace a producer warpgroup against its consumers. Compiled only for the
-// sm_90a target (wgmma and setmaxnreg exist nowhere else).
-//
-// Shared-memory operands use the 128-byte swizzle: a tile of rows of 16-bit elements is
-// stored as column blocks of 64 elements (128 bytes per row), block b of an R-row tile at
-// b * R * 128 bytes, row r of a block at r * 128, and 16-byte chunk c of a row at chunk
-// position c ^ (r % 8). Every tile starts on a 1024-byte boundary (8 rows: one swizzle period).
+// Internal (CUDA, sm_90a): Hopper's warpgroup MMA (wgmma), register budgets and named
+// barriers. Compiled only for the sm_90a target (wgmma and setmaxnreg exist nowhere else).
+// Shared-memory operands use the 128-byte swizzle of async_copy.cuh, whose barriers pace a
+// producer warpgroup against its consumers.
 #pragma once
+
+#include "cuda/async_copy.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -15,16 +13,6 @@
 #include <type_traits>
 
 namespace pagedattn::cuda::sm90 {
-
-// Byte offset of 16-byte chunk `chunk` (of 8 elements) of row `row` in a swizzled tile of
-// `rows` rows.
-__device__ __forceinline__ std::uint32_t swizzled_offset(int row, int chunk, int rows) {
-  return static_cast<std::uint32_t>((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start address, leading
 // and stride byte offsets (all in 16-byte units). K-major operands (the reduction dimension
@@ -105,11 +93,6 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&a)[4]) {
   for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
-// Generic-proxy writes to shared memory (ordinary stores) made visible to wgmma reads.
-__device__ __forceinline__ void fence_shared_for_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Per-warpgroup register budgets (need a register cap at entry: __launch_bounds__(n, 1)).
 template <int kRegs>
 __device__ __forceinline__ void shrink_registers() {
@@ -127,54 +110,6 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 }
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// ---- mbarrier: phase-counting barriers in shared memory -------------------------------------
-
-__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-// One arrival once all of this thread's earlier cp.async copies have landed.
-__device__ __forceinline__ void mbarrier_arrive_on_copies(std::uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-// One arrival that also expects `bytes` more to land by tensor copies (complete_tx) before the
-// phase can complete.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
-}
-// Waits until the phase with parity `parity` has completed.
-__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
-  const std::uint32_t address = smem_address(bar);
-  std::uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(address), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (the source is then not read).
-__device__ __forceinline__ void cp_async_16_or_zeros(std::uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// ---- TMA: tensor copies described by a CUtensorMap -------------------------------------------
-
-// The box at coordinates (c0, c1, c2, c3), innermost first, of the 4-d tensor `map` (a kernel
-// parameter: __grid_constant__) into shared memory at dst; its bytes count against `bar`.
-__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3,
-                                            std::uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-      ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_address(bar))
-      : "memory");
 }
 
 }  // namespace pagedattn::cuda::sm90

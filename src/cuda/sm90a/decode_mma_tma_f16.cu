@@ -1,0 +1,6 @@
+// Tensor-core GQA decode kernels whose f16 K/V tiles come as TMA boxes (head_dim 64 and 128).
+#include "cuda/decode_mma_kernel.cuh"
+
+namespace pagedattn::cuda {
+template void launch_paged_decode_mma<__half, __half, true>(const DecodeKernelParams&, int, dim3, cudaStream_t);
+}  // namespace pagedattn::cuda
