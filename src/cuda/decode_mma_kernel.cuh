@@ -8,9 +8,12 @@
 // stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
 // the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
 // Used for head_dim 64 or 128, group size >= 4, and a 16-bit q with a cache of q's dtype or of
-// fp8. fp8 tiles land unpadded in shared memory; each lane widens the chunks it copied to f16
-// (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile, q is scaled into f16's
-// range by a power of two, and the K/V scales fold into the logit scale and the final output.
+// fp8. With fp8, q is scaled into f16's range by a power of two and the K/V scales fold into the
+// logit scale and the final output; K's B fragments come straight from the fp8 rows (8 bytes per
+// lane and pair of k-steps, widened in registers: the k-steps' dims are a permutation of the
+// head dims, and q's A fragments take the same one), while each lane widens the V chunks it
+// copied to f16 (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile that
+// ldmatrix transposes.
 // On Hopper, 16-bit caches whose pages hold whole tiles take the TMA variant (kTma): one lane
 // copies a tile as four tensor boxes (K and V, two 64-dim halves each) into 128-byte-swizzled
 // rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
@@ -39,15 +42,16 @@ struct MmaDecodeSmem {
   static constexpr int kRowElems = kD + 8;  // 16-bit rows +16 bytes: ldmatrix rows in distinct banks
   static constexpr int kStages = 3;
   static constexpr int kPageChunk = 1024;
-  // fp8 rows stay unpadded: only the lane that copied a chunk reads it back. TMA rows are
-  // unpadded too: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
-  static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD : kRowElems * 2;
+  // fp8 rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks) fall
+  // in distinct banks. TMA rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in
+  // distinct banks.
+  static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD + 32 : kRowElems * 2;
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // one of K or V
   static constexpr int kStageWarpBytes = 2 * kTileBytes;
   static constexpr int kWideTileBytes = kTokens * kRowElems * 2;
-  static constexpr int kWideBytes = kFp8 ? kWarps * 2 * kWideTileBytes : 0;
+  static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
   static constexpr int kMergeBytes = kWarps * 16 * (kD + 2) * 4;
   static constexpr int kRegionBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
@@ -85,7 +89,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 
   // q first: its loads need only the block index, so they overlap init_cta's page-table reads.
   // This lane's fragment values: [k-step][row r][dims d, d+1, d+8, d+9] of query heads
-  // g0 + gid + 8 * r (rows past the tile's heads are zero).
+  // g0 + gid + 8 * r (rows past the tile's heads are zero); with fp8, k-step kk's four dims are
+  // 32 (kk / 2) + 8 tig + 4 (kk % 2) + 0..3 instead, the order K's fragments are read in.
   float qf[kD / 16][2][4];
   float slope[2];
   visit_q_type(p.qo.q_dtype, [&](auto tag) {
@@ -99,11 +104,12 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       const Q* row = reinterpret_cast<const Q*>(p.qo.q) + cta.s * p.qo.q_token_stride + h * p.qo.q_head_stride;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const int d = kk * 16 + tig * 2;
+        const int d = kFp8 ? 32 * (kk / 2) + 8 * tig + 4 * (kk % 2) : kk * 16 + tig * 2;
+        const int hi = kFp8 ? 2 : 8;  // offset of the fragment's second dim pair
         qf[kk][r][0] = live ? to_float(row[d]) : 0.0f;
         qf[kk][r][1] = live ? to_float(row[d + 1]) : 0.0f;
-        qf[kk][r][2] = live ? to_float(row[d + 8]) : 0.0f;
-        qf[kk][r][3] = live ? to_float(row[d + 9]) : 0.0f;
+        qf[kk][r][2] = live ? to_float(row[d + hi]) : 0.0f;
+        qf[kk][r][3] = live ? to_float(row[d + hi + 1]) : 0.0f;
       }
     }
   });
@@ -153,12 +159,11 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   auto stage_parity = [&](std::int64_t j) { return static_cast<unsigned>(((tiles_done + j) / kStages) & 1); };
   // Row r, chunk c of a staged tile.
   auto chunk_ptr = [&](unsigned char* tile, int r, int c) { return tile + r * Smem::kStageRowBytes + c * 16; };
-  // The 16-bit tiles the tensor cores read: the staged ones, or (fp8) this warp's widened copies.
-  T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes +
-                                 warp * 2 * Smem::kWideTileBytes);
-  auto tile_ptr = [&](std::int64_t j, int is_v) {
-    if constexpr (kFp8) return wide + is_v * (Smem::kWideTileBytes / 2);
-    else return reinterpret_cast<T*>(stage_ptr(j, is_v));
+  // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
+  T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes + warp * Smem::kWideTileBytes);
+  auto v_tile_ptr = [&](std::int64_t j) {
+    if constexpr (kFp8) return wide;
+    else return reinterpret_cast<T*>(stage_ptr(j, 1));
   };
   const bool page_tiles = kTma || P % kTokens == 0;  // the host takes TMA only for such pages
   const std::int64_t k_row_step = (32 / kChunks) * ka.token_stride;  // between a lane's rows
@@ -262,21 +267,18 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       } else {
         cp_async_wait<kStages - 1>();
       }
-      if constexpr (kFp8) {  // widen the chunks this lane copied (its own copies have landed)
+      if constexpr (kFp8) {  // widen the V chunks this lane copied (its own copies have landed)
 #pragma unroll
         for (int i = 0; i < kTokens * kChunks / 32; ++i) {
           const int r = lane_row + i * (32 / kChunks);
-#pragma unroll
-          for (int is_v = 0; is_v < 2; ++is_v) {
-            const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(j, is_v), r, lane_chunk));
-            uint4* dst = reinterpret_cast<uint4*>(tile_ptr(j, is_v) + r * kRowElems + lane_chunk * 16);
-            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
-          }
+          const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(j, 1), r, lane_chunk));
+          uint4* dst = reinterpret_cast<uint4*>(wide + r * kRowElems + lane_chunk * 16);
+          widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
         }
       }
-      __syncwarp();  // tile j, copied (and widened) by all lanes, is visible to all lanes
-      const T* k_tile = tile_ptr(j, 0);
-      const T* v_tile = tile_ptr(j, 1);
+      __syncwarp();  // tile j, copied (and V widened) by all lanes, is visible to all lanes
+      const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j, 0));
+      const T* v_tile = v_tile_ptr(j);
       const std::int64_t t0 = tile_start(j);
 
       float sc[2][4] = {};
@@ -285,7 +287,12 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; kk += 2) {
           std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
-          if constexpr (kTma) {
+          if constexpr (kFp8) {  // key nt*8 + gid, dims 32 (kk / 2) + 8 tig .. + 7
+            const uint2 raw = *reinterpret_cast<const uint2*>(stage_ptr(j, 0) + (nt * 8 + gid) * Smem::kStageRowBytes +
+                                                              kk * 16 + tig * 8);
+            b[0] = fp8x2_to_f16x2<KV>(raw.x, 0), b[1] = fp8x2_to_f16x2<KV>(raw.x, 1);
+            b[2] = fp8x2_to_f16x2<KV>(raw.y, 0), b[3] = fp8x2_to_f16x2<KV>(raw.y, 1);
+          } else if constexpr (kTma) {
             const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
             ldmatrix_x4<false>(b, reinterpret_cast<const T*>(
                                       base + sm90::swizzled_offset(nt * 8 + (lane & 7), 2 * kk + (lane >> 3), kTokens)));

@@ -56,23 +56,27 @@ __device__ __forceinline__ void convert8(const void* raw, float (&f)[8]) {
   }
 }
 
-// Widens 16 fp8 values (one 16-byte chunk) to f16, exactly (f16 holds every e4m3 and e5m2
-// value). lo gets elements 0-7, hi elements 8-15.
+// The two fp8 values in bits [16 * half, 16 * half + 16) of word as an f16 pair, exactly (f16
+// holds every e4m3 and e5m2 value).
+template <class KV>
+__device__ __forceinline__ std::uint32_t fp8x2_to_f16x2(std::uint32_t word, int half) {
+  if constexpr (std::is_same_v<KV, Fp8E5M2>) {
+    // e5m2 is the top byte of an f16: place the pair's bytes in the high halves.
+    return __byte_perm(word, 0u, half ? 0x3424u : 0x1404u);
+  } else {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * half)) & 0xffffu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);  // one cvt on sm_89+
+    return static_cast<std::uint32_t>(h.x) | (static_cast<std::uint32_t>(h.y) << 16);
+  }
+}
+
+// Widens 16 fp8 values (one 16-byte chunk) to f16. lo gets elements 0-7, hi elements 8-15.
 template <class KV>
 __device__ __forceinline__ void widen_fp8x16_to_f16(const uint4& raw, uint4& lo, uint4& hi) {
   const std::uint32_t in[4] = {raw.x, raw.y, raw.z, raw.w};
   std::uint32_t out[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    if constexpr (std::is_same_v<KV, Fp8E5M2>) {
-      // e5m2 is the top byte of an f16: place bytes 2i%4, 2i%4+1 of the word in the high halves.
-      out[i] = __byte_perm(in[i / 2], 0u, (i % 2) ? 0x3424u : 0x1404u);
-    } else {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>((in[i / 2] >> (16 * (i % 2))) & 0xffffu);
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);  // one cvt on sm_89+
-      out[i] = static_cast<std::uint32_t>(h.x) | (static_cast<std::uint32_t>(h.y) << 16);
-    }
-  }
+  for (int i = 0; i < 8; ++i) out[i] = fp8x2_to_f16x2<KV>(in[i / 2], i % 2);
   lo = make_uint4(out[0], out[1], out[2], out[3]);
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
