@@ -34,6 +34,11 @@ __device__ __forceinline__ void fence_shared_for_async() {
 __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
 }
+// Makes this thread's mbarrier.init visible to the async proxy (tensor copies completing on the
+// barrier) and to the other threads after the next barrier.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }

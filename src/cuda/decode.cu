@@ -55,14 +55,11 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const KernelChoice& choice
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
   if (!is_sm90(device)) return false;
-  PageBoxes k, v;
-  if (!encode_page_boxes(p.kv.k, p.kv, p.kv.dtype, 64, 16, k) || !encode_page_boxes(p.kv.v, p.kv, p.kv.dtype, 64, 16, v) ||
-      k.head_inner != v.head_inner) {
-    return false;
-  }
-  prm.k_tiles = k.map;
-  prm.v_tiles = v.map;
-  prm.tma_head_inner = k.head_inner;
+  KVPageBoxes boxes;
+  if (!encode_kv_page_boxes(p.kv, 64, 16, boxes)) return false;
+  prm.k_tiles = boxes.k;
+  prm.v_tiles = boxes.v;
+  prm.tma_head_inner = boxes.head_inner;
   return true;
 #else
   (void)p, (void)choice, (void)prm;

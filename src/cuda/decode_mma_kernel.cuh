@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   if constexpr (kTma) {  // visible to the warp's lanes after the first stage_pages' __syncthreads
     if (lane == 0) {
       for (int st = 0; st < kStages; ++st) sm90::mbarrier_init(&s_bars[warp * kStages + st], 1);
+      sm90::fence_mbarrier_init();
     }
   }
   if (!init_cta(prm, cta)) return;

@@ -63,4 +63,16 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   return r == CUDA_SUCCESS;
 }
 
+bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out) {
+  PageBoxes k, v;
+  if (!encode_page_boxes(kv.k, kv, kv.dtype, box_dims, box_slots, k) ||
+      !encode_page_boxes(kv.v, kv, kv.dtype, box_dims, box_slots, v) || k.head_inner != v.head_inner) {
+    return false;
+  }
+  out.k = k.map;
+  out.v = v.map;
+  out.head_inner = k.head_inner;
+  return true;
+}
+
 }  // namespace pagedattn::cuda

@@ -24,4 +24,12 @@ struct PageBoxes {
 bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, DType dtype, int box_dims,
                        int box_slots, PageBoxes& out);
 
+// K's and V's boxes of one cache, in the same coordinate order; false when either cannot be
+// described or their orders differ.
+struct KVPageBoxes {
+  CUtensorMap k, v;
+  bool head_inner = true;
+};
+bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out);
+
 }  // namespace pagedattn::cuda

@@ -71,16 +71,11 @@ bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm)
   if (env != nullptr && std::string_view(env) == "0") return false;
   const std::int64_t P = p.kv.page_size;
   if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
-  PageBoxes k, v;
-  const int slots = static_cast<int>(P);
-  if (!encode_page_boxes(p.kv.k, p.kv, p.kv.dtype, 64, slots, k) ||
-      !encode_page_boxes(p.kv.v, p.kv, p.kv.dtype, 64, slots, v) ||
-      k.head_inner != v.head_inner) {
-    return false;
-  }
-  prm.k_pages = k.map;
-  prm.v_pages = v.map;
-  prm.tma_head_inner = k.head_inner;
+  KVPageBoxes boxes;
+  if (!encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes)) return false;
+  prm.k_pages = boxes.k;
+  prm.v_pages = boxes.v;
+  prm.tma_head_inner = boxes.head_inner;
   return true;
 }
 

@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       sm90::mbarrier_init(&full_v[st], 128);
       sm90::mbarrier_init(&empty[st], 8);     // every consumer warp
     }
+    sm90::fence_mbarrier_init();
   }
   __syncthreads();
   // Through a shuffle, so that the compiler sees a warp-uniform value: wgmma in branches it

@@ -123,9 +123,15 @@ std::vector<Case> cases() {
   { Case c; c.kv = DType::kF8E4M3; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kOnePass; c.lens = ragged; out.push_back(c); }
   // One CTA over more than 1024 pages: its page ids are staged in several chunks (the TMA
-  // variant's barrier phases run on across them); a window starting mid-tile in a later chunk.
+  // variant's barrier phases run on across them); a window starting mid-tile, and sequences
+  // ending mid-tile in the second chunk.
   { Case c; c.variant = DecodeVariant::kOnePass; c.layout = KVLayout::kHND; c.lens = {16401, 20000}; out.push_back(c); }
-  { Case c; c.variant = DecodeVariant::kOnePass; c.page_size = 32; c.window = 17001; c.lens = {20000, 18000}; out.push_back(c); }
+  { Case c; c.variant = DecodeVariant::kOnePass; c.window = 17001; c.lens = {20005, 18003}; out.push_back(c); }
+  // One KV head for a group of 8 (the TMA boxes' head dimension has extent 1); pages of 128
+  // slots (several tiles per page); more than 32 splits merged at head_dim 256.
+  { Case c; c.num_q_heads = 8; c.num_kv_heads = 1; c.lens = ragged; out.push_back(c); }
+  { Case c; c.page_size = 128; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 256; c.variant = DecodeVariant::kSplitK; c.partition = 16; c.sinks = true; c.lens = {600, 33, 1}; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 16; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 48; c.page_size = 3; c.window = 100; c.alibi = true; c.soft_cap = 8.0f; c.lens = ragged; out.push_back(c); }
   { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.head_dim = 80; c.csr = true; c.lens = ragged; out.push_back(c); }
