@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kDecodeThreads) merge_splits_kernel(const __gr
   constexpr int kWarps = kDecodeThreads / 32, kMergeBlock = 32;
   const detail::AttentionProblem& p = prm.p;
   const std::int64_t s = blockIdx.x, h = blockIdx.y;
-  // Lengths and sinks are inputs of the decode, not its outputs: read before the wait.
+  // Lengths and sinks are inputs of the decode, not its outputs: read before the wait. (Safe
+  // because the decode kernel itself starts only after the work before it in the stream.)
   const std::int64_t n = num_splits_of(prm, p.pages_of(s).kv_len);
   const float sink = n > 1 && p.variant.sinks ? p.variant.sinks[h] * kLog2e : neg_inf();
   wait_for_primary_grid();
