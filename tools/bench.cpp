@@ -95,85 +95,86 @@ void require_cpu(const BenchOptions& o) {
   }
 }
 
+// Copies the shape options every benchmark shares (heads, head_dim, page size, layout) into a
+// shape or config with those fields.
+template <typename Shape>
+void apply_shape_options(const BenchOptions& o, Shape& s) {
+  const HeadCounts heads = parse_heads(o.heads);
+  s.num_q_heads = heads.num_q_heads;
+  s.num_kv_heads = heads.num_kv_heads;
+  s.head_dim = o.head_dim;
+  s.page_size = o.page_size;
+  s.layout = parse_kv_layout(o.layout);
+}
+
+// Iterations and warm-up into a benchmark config when given; else it keeps its defaults.
+template <typename Config>
+void apply_timing_options(const BenchOptions& o, Config& c) {
+  if (o.iters > 0) c.iterations = o.iters;
+  if (o.warmup >= 0) c.warmup = o.warmup;
+}
+
+// Runs a benchmark, `run(progress)`, with a progress line on stderr, and reports its records.
+template <typename Run>
+int run_reported(const BenchOptions& o, Run&& run) {
+  ProgressLine progress(stderr);
+  const std::vector<nlohmann::json> records = run([&](const std::string& m) { progress.update(m); });
+  progress.finish();
+  return report(o, records);
+}
+
 #if defined(PAGEDATTN_BENCH_CUDA)
 // GPU decode: one shape per KV dtype from the options, or the whole BENCHMARKS.md table.
 int run_cuda_decode(const BenchOptions& o, const Device& device) {
   bench::CudaDecodeBenchConfig c;
   c.device = device.index;
-  if (o.iters > 0) c.iterations = o.iters;
-  if (o.warmup >= 0) c.warmup = o.warmup;
+  apply_timing_options(o, c);
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_decode_shapes();
   } else {
-    const HeadCounts heads = parse_heads(o.heads);
     for (const std::string& d : o.kv_dtypes) {
       bench::CudaDecodeShape shape;
       shape.name = fmt::format("b{}x{}", o.batch > 0 ? o.batch : 16, o.seq_len);
       shape.lens.assign(static_cast<std::size_t>(o.batch > 0 ? o.batch : 16), o.seq_len);
-      shape.num_q_heads = heads.num_q_heads;
-      shape.num_kv_heads = heads.num_kv_heads;
-      shape.head_dim = o.head_dim;
-      shape.page_size = o.page_size;
+      apply_shape_options(o, shape);
       shape.kv_dtype = parse_dtype(d);
-      shape.layout = parse_kv_layout(o.layout);
       c.shapes.push_back(shape);
     }
   }
-  ProgressLine progress(stderr);
-  auto records = bench::run_cuda_decode_bench(c, [&](const std::string& m) { progress.update(m); });
-  progress.finish();
-  return report(o, records);
+  return run_reported(o, [&](const auto& progress) { return bench::run_cuda_decode_bench(c, progress); });
 }
 
 // GPU prefill / append: one shape from the options, or the BENCHMARKS.md prefill table.
 int run_cuda_prefill(const BenchOptions& o, const Device& device) {
   bench::CudaPrefillBenchConfig c;
   c.device = device.index;
-  if (o.iters > 0) c.iterations = o.iters;
-  if (o.warmup >= 0) c.warmup = o.warmup;
+  apply_timing_options(o, c);
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_prefill_shapes();
   } else {
-    const HeadCounts heads = parse_heads(o.heads);
     bench::CudaPrefillShape shape;
     shape.batch = o.batch > 0 ? o.batch : 1;
     shape.new_tokens = o.new_tokens;
     shape.cached_tokens = o.cached_tokens;
     shape.name = fmt::format("{}x{}+{}", shape.batch, shape.new_tokens, shape.cached_tokens);
-    shape.num_q_heads = heads.num_q_heads;
-    shape.num_kv_heads = heads.num_kv_heads;
-    shape.head_dim = o.head_dim;
-    shape.page_size = o.page_size;
+    apply_shape_options(o, shape);
     shape.dtype = parse_dtype(o.dtype);
-    shape.layout = parse_kv_layout(o.layout);
     shape.causal = !o.non_causal;
     c.shapes.push_back(shape);
   }
-  ProgressLine progress(stderr);
-  auto records = bench::run_cuda_prefill_bench(c, [&](const std::string& m) { progress.update(m); });
-  progress.finish();
-  return report(o, records);
+  return run_reported(o, [&](const auto& progress) { return bench::run_cuda_prefill_bench(c, progress); });
 }
 
 // GPU cascade: sequences sharing one prefix, plain decode vs. the cascade.
 int run_cuda_cascade(const BenchOptions& o, const Device& device) {
   bench::CudaCascadeBenchConfig c;
   c.device = device.index;
-  if (o.iters > 0) c.iterations = o.iters;
-  if (o.warmup >= 0) c.warmup = o.warmup;
+  apply_timing_options(o, c);
   if (o.batch > 0) c.num_seqs = o.batch;
-  const HeadCounts heads = parse_heads(o.heads);
-  c.num_q_heads = heads.num_q_heads;
-  c.num_kv_heads = heads.num_kv_heads;
-  c.head_dim = o.head_dim;
-  c.page_size = o.page_size;
-  c.layout = parse_kv_layout(o.layout);
+  apply_shape_options(o, c);
   c.shared_tokens = o.shared_tokens;
   c.own_tokens = o.own_tokens;
-  ProgressLine progress(stderr);
-  auto records = bench::run_cuda_cascade_bench(c, [&](const std::string& m) { progress.update(m); });
-  progress.finish();
-  return report(o, records);
+  return run_reported(o, [&](const auto& progress) { return bench::run_cuda_cascade_bench(c, progress); });
 }
 #endif
 
@@ -190,15 +191,9 @@ int run_cascade(const BenchOptions& o) {
 // PrefillBenchConfig); iterations, warm-up and batch keep the config's defaults when not given.
 template <typename Config>
 void apply_shared_options(const BenchOptions& o, Config& c) {
-  const HeadCounts heads = parse_heads(o.heads);
   c.num_threads = o.threads;
-  if (o.iters > 0) c.iterations = o.iters;
-  if (o.warmup >= 0) c.warmup = o.warmup;
-  c.layout = parse_kv_layout(o.layout);
-  c.page_size = o.page_size;
-  c.num_q_heads = heads.num_q_heads;
-  c.num_kv_heads = heads.num_kv_heads;
-  c.head_dim = o.head_dim;
+  apply_timing_options(o, c);
+  apply_shape_options(o, c);
   if (o.batch > 0) c.batch = o.batch;
   c.seed = o.seed;
 }
@@ -217,10 +212,7 @@ int run_decode(const BenchOptions& o) {
   c.kv_dtypes.clear();
   for (const std::string& d : o.kv_dtypes) c.kv_dtypes.push_back(parse_dtype(d));
   c.seq_len = o.seq_len;
-  ProgressLine progress(stderr);
-  auto records = bench::run_decode_bench(c, [&](const std::string& m) { progress.update(m); });
-  progress.finish();
-  return report(o, records);
+  return run_reported(o, [&](const auto& progress) { return bench::run_decode_bench(c, progress); });
 }
 
 int run_prefill(const BenchOptions& o) {
@@ -237,10 +229,7 @@ int run_prefill(const BenchOptions& o) {
   c.new_tokens = o.new_tokens;
   c.cached_tokens = o.cached_tokens;
   c.causal = !o.non_causal;
-  ProgressLine progress(stderr);
-  auto records = bench::run_prefill_bench(c, [&](const std::string& m) { progress.update(m); });
-  progress.finish();
-  return report(o, records);
+  return run_reported(o, [&](const auto& progress) { return bench::run_prefill_bench(c, progress); });
 }
 
 // Options both benchmarks take.
