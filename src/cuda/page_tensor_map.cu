@@ -25,10 +25,15 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
-}  // namespace
+// One of K or V (t) of the cache kv as a tensor map, and its coordinate order.
+struct PageBoxes {
+  CUtensorMap map;
+  bool head_inner = true;
+};
 
-bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, DType dtype, int box_dims,
-                       int box_slots, PageBoxes& out) {
+bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, int box_dims, int box_slots,
+                       PageBoxes& out) {
+  const DType dtype = kv.dtype;
   if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
   constexpr std::int64_t kElem = 2;
   if (!t.dim_contiguous(kv.head_dim) || box_slots < 1 || box_slots > 256 || box_slots > kv.page_size ||
@@ -63,10 +68,12 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   return r == CUDA_SUCCESS;
 }
 
+}  // namespace
+
 bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out) {
   PageBoxes k, v;
-  if (!encode_page_boxes(kv.k, kv, kv.dtype, box_dims, box_slots, k) ||
-      !encode_page_boxes(kv.v, kv, kv.dtype, box_dims, box_slots, v) || k.head_inner != v.head_inner) {
+  if (!encode_page_boxes(kv.k, kv, box_dims, box_slots, k) || !encode_page_boxes(kv.v, kv, box_dims, box_slots, v) ||
+      k.head_inner != v.head_inner) {
     return false;
   }
   out.k = k.map;

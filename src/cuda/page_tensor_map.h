@@ -9,27 +9,20 @@
 
 namespace pagedattn::cuda {
 
-// t as the 4-d tensor (dim, head, slot, page) -- or (dim, slot, head, page) when heads are
-// further apart than slots, as in HND: the driver wants strides that grow outwards -- whose
-// boxes are `box_dims` dims x `box_slots` slots of one page and one head, written to shared
-// memory as rows of 128 bytes in the 128-byte swizzle that wgmma and ldmatrix read.
-struct PageBoxes {
-  CUtensorMap map;
+// K and V of a cache, each as the 4-d tensor (dim, head, slot, page) -- or (dim, slot, head,
+// page) when heads are further apart than slots, as in HND: the driver wants strides that grow
+// outwards -- whose boxes are `box_dims` dims x `box_slots` slots of one page and one head,
+// written to shared memory as rows of 128 bytes in the 128-byte swizzle that wgmma and ldmatrix
+// read.
+struct KVPageBoxes {
+  CUtensorMap k, v;
   bool head_inner = true;  // coordinate order: (dim, head, slot, page) when true
 };
 
-// Encodes the boxes of t (16-bit elements); false when t's layout or alignment does not allow
-// it (dims not contiguous, strides not multiples of 16 bytes, box_slots above 256 or the page
-// size) or the driver refuses: the kernel then gathers with cp.async.
-bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, DType dtype, int box_dims,
-                       int box_slots, PageBoxes& out);
-
-// K's and V's boxes of one cache, in the same coordinate order; false when either cannot be
-// described or their orders differ.
-struct KVPageBoxes {
-  CUtensorMap k, v;
-  bool head_inner = true;
-};
+// Encodes K's and V's boxes (16-bit elements, the same coordinate order for both); false when
+// the layout or alignment does not allow it (dims not contiguous, strides not multiples of 16
+// bytes, box_slots above 256 or the page size, K and V in different orders) or the driver
+// refuses: the kernel then gathers with cp.async.
 bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out);
 
 }  // namespace pagedattn::cuda
