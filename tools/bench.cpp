@@ -26,6 +26,7 @@ struct BenchOptions {
   std::string heads = "32/8";
   std::int64_t head_dim = 128;
   std::int64_t batch = 0;  // 0: the benchmark's default
+  int partition_size = 0;  // GPU decode: split-K partition in tokens, 0: the planner's
   std::uint64_t seed = 1234;
   bool json = false;
   std::string out_file;
@@ -129,6 +130,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   bench::CudaDecodeBenchConfig c;
   c.device = device.index;
   apply_timing_options(o, c);
+  check_arg(!o.standard_shapes || o.partition_size == 0, "--partition-size: not with --standard-shapes");
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_decode_shapes();
   } else {
@@ -138,6 +140,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
       shape.lens.assign(static_cast<std::size_t>(o.batch > 0 ? o.batch : 16), o.seq_len);
       apply_shape_options(o, shape);
       shape.kv_dtype = parse_dtype(d);
+      shape.partition_size = o.partition_size;
       c.shapes.push_back(shape);
     }
   }
@@ -205,6 +208,7 @@ int run_decode(const BenchOptions& o) {
   }
 #endif
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
+  check_arg(o.partition_size == 0, "--partition-size: only with --device cuda");
   require_cpu(o);
   bench::DecodeBenchConfig c;
   apply_shared_options(o, c);
@@ -275,6 +279,9 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   decode->add_flag("--standard-shapes", d->standard_shapes,
                    "GPU only: run the whole decode table of BENCHMARKS.md");
+  decode->add_option("--partition-size", d->partition_size,
+                     "GPU only: split-K partition in tokens (0: the planner's choice)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   decode->callback([&action, d] { action = [d] { return run_decode(*d); }; });
 
   auto p = std::make_shared<BenchOptions>();

@@ -19,6 +19,7 @@
 #include "core/problem.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kv_vec.cuh"
+#include "cuda/mma_fragments.cuh"
 
 namespace pagedattn::cuda {
 
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       mb[g] = m[g];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) mb[g] = fmaxf(mb[g], x[u][g]);
-      corr[g] = mb[g] == kNegInf ? 1.0f : exp2f(m[g] - mb[g]);
+      corr[g] = mb[g] == kNegInf ? 1.0f : fast_exp2(m[g] - mb[g]);
       l[g] *= corr[g];
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[g][i] *= corr[g];
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       fetch(u, true, true, vf);
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
-        const float pu = exp2f(x[u][g] - m[g]);
+        const float pu = fast_exp2(x[u][g] - m[g]);
         l[g] += pu;
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[g][i] = fmaf(pu, vf[i], acc[g][i]);

@@ -152,12 +152,14 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   // The warp's tiles go round the stages in one sequence across page chunks (tiles_done counts
   // the earlier chunks' tiles), so a stage's mbarrier phases keep counting.
   std::int64_t tiles_done = 0;
-  auto stage_of = [&](std::int64_t j) { return static_cast<int>((tiles_done + j) % kStages); };
+  // In 32 bits (a warp streams far fewer than 2^32 tiles): a 64-bit % and / cost ~20 instructions.
+  auto tile_index = [&](std::int64_t j) { return static_cast<std::uint32_t>(tiles_done + j); };
+  auto stage_of = [&](std::int64_t j) { return static_cast<int>(tile_index(j) % kStages); };
   auto stage_ptr = [&](std::int64_t j, int is_v) {
     return warp_pipe + stage_of(j) * (kWarps * Smem::kStageWarpBytes) + is_v * Smem::kTileBytes;
   };
   std::uint64_t* warp_bars = s_bars + warp * kStages;
-  auto stage_parity = [&](std::int64_t j) { return static_cast<unsigned>(((tiles_done + j) / kStages) & 1); };
+  auto stage_parity = [&](std::int64_t j) { return (tile_index(j) / kStages) & 1; };
   // Row r, chunk c of a staged tile.
   auto chunk_ptr = [&](unsigned char* tile, int r, int c) { return tile + r * Smem::kStageRowBytes + c * 16; };
   // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
@@ -304,32 +306,40 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
           mma16816<T>(sc[nt], qa[kk + 1], b[2], b[3]);
         }
       }
-      // Logits (base 2), keys outside [c_begin, c_end) masked.
+      // Logits (base 2), keys outside [c_begin, c_end) masked: keys lo .. hi - 1 of the tile are
+      // inside (most tiles lie wholly inside, and all of this is in 32 bits). Plain logits keep
+      // their scale until the exponent's FFMA (s_mul > 0: the host checked scale > 0 and the fp8
+      // scales > 0, so the maxima keep their order).
+      const int lo = static_cast<int>(min(max(c_begin - t0, std::int64_t{0}), std::int64_t{kTokens}));
+      const int hi = static_cast<int>(min(max(c_end - t0, std::int64_t{0}), std::int64_t{kTokens}));
+      const float t0_from_q = static_cast<float>(t0 - q_pos);
       float rmax[2] = {kNegInf, kNegInf};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          const std::int64_t t = t0 + nt * 8 + tig * 2 + (e & 1);
-          float x = sc[nt][e] * s_mul;
+          const int k = nt * 8 + tig * 2 + (e & 1);
+          float x = sc[nt][e];
           if (!plain) {
+            x *= s_mul;
             if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
-            x = (x + slope[r] * static_cast<float>(t - q_pos)) * kLog2e;
+            x = (x + slope[r] * (t0_from_q + static_cast<float>(k))) * kLog2e;
           }
-          x = t >= c_begin && t < c_end ? x : kNegInf;
+          x = k >= lo && k < hi ? x : kNegInf;
           sc[nt][e] = x;
           rmax[r] = fmaxf(rmax[r], x);
         }
       }
+      const float p_mul = plain ? s_mul : 1.0f;  // what still multiplies the logits in sc
       std::uint32_t pa[4];
       float corr[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
         rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
-        const float m_new = fmaxf(m[r], rmax[r]);
-        corr[r] = m_new == kNegInf ? 1.0f : exp2f(m[r] - m_new);
+        const float m_new = fmaxf(m[r], rmax[r] * p_mul);
+        corr[r] = m_new == kNegInf ? 1.0f : fast_exp2(m[r] - m_new);
         m[r] = m_new;
         l[r] *= corr[r];
       }
@@ -339,7 +349,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          pr[nt][e] = m[r] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[r]);
+          // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
+          pr[nt][e] = fast_exp2(fmaf(sc[nt][e], p_mul, m[r] == kNegInf ? 0.0f : -m[r]));
           l[r] += pr[nt][e];
         }
       }

@@ -24,6 +24,14 @@
 
 namespace pagedattn::cuda {
 
+// op over get(kLo) .. get(kLo + kN - 1) as a balanced tree (log2 kN dependent steps; the
+// compiler keeps a loop's order, which for floating point is one long chain).
+template <int kLo, int kN, class Get, class Op>
+__device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
+  if constexpr (kN == 1) return get(kLo);
+  else return op(tree_reduce<kLo, kN / 2>(get, op), tree_reduce<kLo + kN / 2, kN / 2>(get, op));
+}
+
 // T: bf16 or f16 (q and cache); kPlain: no soft-cap and no ALiBi. Grid as the mma.sync kernel:
 // (packed row tile, KV head + num_kv_heads * split, sequence).
 template <class T, bool kPlain>
@@ -283,7 +291,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   auto softmax = [&](int j, auto masked_c, float (&corr)[2], bool& rescale) {
     constexpr bool kMasked = decltype(masked_c)::value;
     const int ts = static_cast<int>(t_lo) + j * kKeys;  // the tile's first key; positions fit 31 bits
-    float rmax[2] = {kNegInf, kNegInf};
+    float rmax[2];
     // Accumulator i * 4 + e: row gid + 8 * (e / 2), key ts + 8 * i + 2 * tig + e % 2.
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
@@ -304,9 +312,14 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
           x = ok ? x : kNegInf;
         }
         sc[4 * i + e] = x;
-        rmax[r] = fmaxf(rmax[r], x);
       }
     }
+    // Row maxima and (below) row sums as trees: five dependent steps instead of 32. Row r's
+    // values are accumulators 4 i + 2 r and 4 i + 2 r + 1.
+    auto row_value = [&](int r) { return [&sc, r](int k) { return sc[4 * (k >> 1) + 2 * r + (k & 1)]; }; };
+    auto max2 = [](float a, float b) { return fmaxf(a, b); };
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rmax[r] = tree_reduce<0, 32>(row_value(r), max2);
     const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
     float m_sub[2], m_new[2];
     bool drift = false;
@@ -327,10 +340,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       m_sub[r] = m[r] == kNegInf ? 0.0f : m[r];
     }
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      sc[i] = fast_exp2(fmaf(sc[i], p_mul, -m_sub[(i >> 1) & 1]));
-      l[(i >> 1) & 1] += sc[i];
-    }
+    for (int i = 0; i < 64; ++i) sc[i] = fast_exp2(fmaf(sc[i], p_mul, -m_sub[(i >> 1) & 1]));
+    auto add2 = [](float a, float b) { return a + b; };
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] += tree_reduce<0, 32>(row_value(r), add2);
   };
   // O takes the factors; P (sc) becomes the A fragments: n-blocks 2 ks and 2 ks + 1.
   auto rescale_and_pack = [&](const float (&corr)[2], bool rescale) {
