@@ -23,7 +23,7 @@ struct CascadeOutput {
   std::int64_t lse_row_stride = 0, lse_head_stride = 0;
 };
 
-// sinks: f32 [num_heads] logits or null. head_dim at most 256.
+// sinks: f32 [num_heads] logits or null. head_dim a multiple of 4, at most 256.
 void fold_cascade_states(const CascadeStates& states, const float* sinks, const CascadeOutput& out,
                          std::int64_t num_seqs, std::int64_t num_heads, std::int64_t head_dim, void* stream);
 

@@ -9,7 +9,6 @@
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_mma_launch.h"
 #include "cuda/kv_rows.h"
-#include "cuda/merge_partials.cuh"
 #include "cuda/page_tensor_map.h"
 #include "cuda/sm_count.h"
 #include "cuda/workspace.h"
@@ -78,8 +77,12 @@ bool supports_dependent_launch() {
 __device__ __forceinline__ float neg_inf() { return detail::kNegInf; }
 }  // namespace
 
-// One CTA per (sequence, query head) that was split (merge_partials.cuh).
-__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm) {
+// One CTA per (sequence, query head) that was split; thread t owns dims t and t + kDecodeThreads.
+// The rows of a block of kMergeBlock splits load together, and block 0's are issued with the LSE
+// loads before the maximum is known: after the decode grid's writes land, merging up to
+// kMergeBlock splits takes one L2 round trip.
+__global__ void __launch_bounds__(kDecodeThreads) merge_splits_kernel(const __grid_constant__ DecodeKernelParams prm) {
+  constexpr int kWarps = kDecodeThreads / 32, kMergeBlock = 32;
   const detail::AttentionProblem& p = prm.p;
   const std::int64_t s = blockIdx.x, h = blockIdx.y;
   // Lengths and sinks are inputs of the decode, not its outputs: read before the wait. (Safe
@@ -88,19 +91,56 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const __gri
   const float sink = n > 1 && p.variant.sinks ? p.variant.sinks[h] * kLog2e : neg_inf();
   wait_for_primary_grid();
   if (n <= 1) return;  // written directly by the decode kernel
-  const std::int64_t H = p.num_q_heads, D = p.head_dim;
+  const int D = static_cast<int>(p.head_dim), t = threadIdx.x, lane = t & 31;
+  const int d0 = t, d1 = t + kDecodeThreads;
+  const std::int64_t H = p.num_q_heads;
   const std::int64_t base = s * prm.max_splits * H + h;  // split i at base + i * H
-  PartialRows in;
-  in.v = prm.part_o + base * D;
-  in.lse = prm.part_lse + base;
-  in.v_step = H * D;
-  in.lse_step = H;
-  in.count = n;
-  MergedRow out;
-  out.v = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
-  out.dtype = p.qo.out_dtype;
-  out.lse = p.qo.lse ? p.qo.lse + s * p.qo.lse_token_stride + h * p.qo.lse_head_stride : nullptr;
-  merge_partial_rows(in, sink, static_cast<int>(D), out);
+  const float* lse = prm.part_lse + base;
+  __shared__ float s_red[kWarps];
+  __shared__ float s_w[kMergeBlock];
+  float v0[kMergeBlock], v1[kMergeBlock];
+  auto load_block = [&](std::int64_t b) {
+#pragma unroll
+    for (int i = 0; i < kMergeBlock; ++i) {
+      const float* row = prm.part_o + (base + (b + i) * H) * D;
+      const bool live = b + i < n;
+      v0[i] = live && d0 < D ? row[d0] : 0.0f;
+      v1[i] = live && d1 < D ? row[d1] : 0.0f;
+    }
+  };
+  load_block(0);
+  // Max of the split LSEs (base 2), with the sink as one more term.
+  float M = sink;
+  for (std::int64_t i = t; i < n; i += kDecodeThreads) M = fmaxf(M, lse[i * H]);
+  for (int off = 16; off > 0; off /= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+  if (lane == 0) s_red[t >> 5] = M;
+  __syncthreads();
+  M = s_red[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) M = fmaxf(M, s_red[w]);
+  float L = 0.0f, o0 = 0.0f, o1 = 0.0f;
+  if (M != neg_inf()) {
+    for (std::int64_t b = 0; b < n; b += kMergeBlock) {
+      if (b > 0) load_block(b);
+      if (t < kMergeBlock) s_w[t] = b + t < n ? exp2f(lse[(b + t) * H] - M) : 0.0f;
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kMergeBlock; ++i) {
+        const float w = s_w[i];
+        L += w;
+        o0 = fmaf(w, v0[i], o0);
+        o1 = fmaf(w, v1[i], o1);
+      }
+      __syncthreads();  // s_w is refilled
+    }
+    if (sink != neg_inf()) L += exp2f(sink - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+  if (d0 < D) store_one(o_row, p.qo.out_dtype, d0, o0 * inv);
+  if (d1 < D) store_one(o_row, p.qo.out_dtype, d1, o1 * inv);
+  if (t == 0 && p.qo.lse) p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
 }
 
 DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
@@ -204,7 +244,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     // waits in wait_for_primary_grid() until its partial states are written.
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_q_heads));
-    config.blockDim = dim3(kMergeThreads);
+    config.blockDim = dim3(kDecodeThreads);
     config.stream = stream;
     cudaLaunchAttribute attribute = {};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
