@@ -361,6 +361,35 @@ void bf16_decode_group(Table& t) {
     }
   }
 }
+// bf16 q and KV prefill: the AVX512-BF16 products, and on CPUs with AMX the logits on tiles
+// (head_dim a multiple of 32). Tiles of 16 to 64 rows (queries x heads of a group), key blocks
+// cut short (lengths that leave 1-31 keys in the last block of 32).
+void bf16_prefill_group(Table& t) {
+  std::size_t i = 0;
+  for (std::int64_t d : kHeadDims) {
+    for (std::int64_t g : {1, 4, 8}) {
+      AttentionCase c;
+      c.op = Op::kPrefill;
+      c.head_dim = d;
+      c.num_kv_heads = 1 + static_cast<std::int64_t>(i % 2);
+      c.num_q_heads = g * c.num_kv_heads;
+      c.layout = i % 2 ? KVLayout::kHND : KVLayout::kNHD;
+      c.kv_dtype = DType::kBF16;
+      c.q_dtype = DType::kBF16;
+      c.page_size = pick(std::array<std::int64_t, 3>{16, 3, 32}, i);
+      c.kv_lens = {70, 1, 45, 100};
+      c.q_lens = {70, 1, 9, 17};
+      c.causal = i % 5 != 4;
+      c.window_left = i % 4 == 1 ? 30 : -1;
+      c.soft_cap = i % 4 == 2 ? 10.0f : 0.0f;
+      c.alibi = i % 4 == 3;
+      c.sinks = i % 3 == 0;
+      rotate_rest(c, i);
+      t.add(c, "bf16-prefill", true);
+      ++i;
+    }
+  }
+}
 }  // namespace
 
 std::vector<AttentionCase> standard_cases(bool quick) {
@@ -373,6 +402,7 @@ std::vector<AttentionCase> standard_cases(bool quick) {
   cascade_group(t);
   random_group(t, 120);
   bf16_decode_group(t);
+  bf16_prefill_group(t);
   return t.take();
 }
 

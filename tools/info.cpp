@@ -17,6 +17,7 @@ int run_info() {
   fmt::print("  backends          cpu{}\n", kCudaBuilt ? ", cuda" : "");
   fmt::print("  cpu simd target   {}\n", cpu_simd_target());
   fmt::print("  compiled targets  {}\n", targets.empty() ? "(none)" : fmt::format("{}", fmt::join(targets, ", ")));
+  fmt::print("  cpu bf16 products {}\n", cpu_bf16_products());
   fmt::print("  hardware threads  {}\n", cpu_hardware_threads());
   const std::vector<GpuInfo> gpus = cuda_devices();
   if (gpus.empty()) {

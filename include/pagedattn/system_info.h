@@ -24,6 +24,9 @@ std::string cuda_unavailable_reason();
 // target compiled in.
 std::string cpu_simd_target();
 std::vector<std::string> cpu_compiled_simd_targets();
+// The bf16 products the CPU kernels use for bf16 q and KV: "amx-bf16 + avx512-bf16",
+// "avx512-bf16", or "none" (f32 products).
+std::string cpu_bf16_products();
 int cpu_hardware_threads();
 
 }  // namespace pagedattn

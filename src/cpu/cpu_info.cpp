@@ -15,6 +15,7 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/prefill_tile.h"
 #include "pagedattn/system_info.h"
 
 namespace pagedattn {
@@ -35,6 +36,11 @@ std::vector<std::string> cpu_compiled_simd_targets() {
   std::vector<std::string> out;
   for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t));
   return out;
+}
+
+std::string cpu_bf16_products() {
+  if (!cpu::bf16_dot_supported()) return "none";
+  return cpu::amx_prefill_enabled() ? "amx-bf16 (prefill logits) + avx512-bf16" : "avx512-bf16";
 }
 
 int cpu_hardware_threads() { return omp_get_num_procs(); }

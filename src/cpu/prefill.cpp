@@ -51,22 +51,26 @@ std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p) {
   return tiles;
 }
 
-bool use_bf16_dot(const detail::AttentionProblem& p) {
-  static const bool supported = bf16_dot_supported();
-  return supported && p.qo.q_dtype == DType::kBF16 && p.kv.dtype == DType::kBF16;
+// AVX512-BF16 products for bf16 q and KV, with the logits on AMX tiles where the CPU has them
+// (PAGEDATTN_CPU_AMX=0 keeps them on AVX512-BF16).
+TileProducts tile_products(const detail::AttentionProblem& p) {
+  static const bool bf16 = bf16_dot_supported();
+  static const bool amx = amx_prefill_enabled();
+  if (!bf16 || p.qo.q_dtype != DType::kBF16 || p.kv.dtype != DType::kBF16) return TileProducts::kF32;
+  return amx && p.head_dim % 32 == 0 ? TileProducts::kAmx : TileProducts::kBf16Dot;
 }
 
 }  // namespace
 
 void prefill(const detail::AttentionProblem& p, int num_threads) {
   const std::vector<PlannedTile> tiles = plan_tiles(p);
-  const bool bf16_dot = use_bf16_dot(p);
+  const TileProducts products = tile_products(p);
   const auto count = static_cast<std::int64_t>(tiles.size());
   const int threads =
       static_cast<int>(std::min<std::int64_t>(resolve_num_threads(num_threads), count));
   if (threads <= 1) {
     TileScratch scratch(p.head_dim);
-    for (const PlannedTile& t : tiles) run_prefill_tile(p, t.tile, bf16_dot, scratch);
+    for (const PlannedTile& t : tiles) run_prefill_tile(p, t.tile, products, scratch);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -74,7 +78,7 @@ void prefill(const detail::AttentionProblem& p, int num_threads) {
     TileScratch scratch(p.head_dim);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t i = 0; i < count; ++i) {
-      run_prefill_tile(p, tiles[static_cast<std::size_t>(i)].tile, bf16_dot, scratch);
+      run_prefill_tile(p, tiles[static_cast<std::size_t>(i)].tile, products, scratch);
     }
   }
 }

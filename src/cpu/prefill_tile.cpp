@@ -271,8 +271,9 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
 
 // ---- the tile -------------------------------------------------------------------------------
 
-void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, bool bf16_dot,
+void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, TileProducts products,
                  TileScratch& s) {
+  const bool bf16_dot = products != TileProducts::kF32;
   const auto& kv = p.kv;
   const auto& qo = p.qo;
   const auto& var = p.variant;
@@ -337,7 +338,10 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, boo
 
     locate_rows(kv, kv.k, pages, tile.kv_head, j0, nb, bf16_dot, s.k_rows, s.key_ptrs);
     std::fill(s.key_ptrs + nb, s.key_ptrs + nb_pad, s.zero_row);
-    if (bf16_dot) {
+    if (products == TileProducts::kAmx) {
+      amx_scores(reinterpret_cast<const std::uint32_t*>(s.q_t), rows_pad, kStride, D,
+                 reinterpret_cast<const std::uint16_t* const*>(s.key_ptrs), nb_pad, s.key_block, s.s_t);
+    } else if (bf16_dot) {
       bf16_scores(reinterpret_cast<const std::uint32_t*>(s.q_t), rows_pad, kStride, D,
                   reinterpret_cast<const std::uint16_t* const*>(s.key_ptrs), nb_pad, s.s_t);
     } else {
@@ -396,9 +400,9 @@ namespace pagedattn::cpu {
 
 HWY_EXPORT(RunTileImpl);
 
-void run_prefill_tile(const detail::AttentionProblem& p, const PrefillTile& tile, bool bf16_dot,
+void run_prefill_tile(const detail::AttentionProblem& p, const PrefillTile& tile, TileProducts products,
                       TileScratch& scratch) {
-  HWY_DYNAMIC_DISPATCH(RunTileImpl)(p, tile, bf16_dot, scratch);
+  HWY_DYNAMIC_DISPATCH(RunTileImpl)(p, tile, products, scratch);
 }
 
 namespace {
@@ -410,7 +414,7 @@ TileScratch::TileScratch(std::int64_t dim) : head_dim(dim) {
   const std::int64_t rows = kRowsPad, keys = kBlockKeys;
   const std::int64_t sizes[] = {dim * rows, dim * rows, keys * rows, keys / 2 * rows,
                                 keys * dim, keys * dim, keys / 2 * dim, dim,
-                                rows, rows, rows, rows, rows, rows, rows};
+                                rows, rows, rows, rows, rows, rows, rows, keys * dim / 2};
   std::int64_t total = 0;
   for (std::int64_t n : sizes) total += lines(n);
   buffer = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
@@ -426,6 +430,8 @@ TileScratch::TileScratch(std::int64_t dim) : head_dim(dim) {
   row_pos_i = reinterpret_cast<std::int32_t*>(next);
   next += lines(sizes[k++]);
   row_min_key = reinterpret_cast<std::int32_t*>(next);
+  next += lines(sizes[k++]);
+  key_block = reinterpret_cast<std::uint16_t*>(next);
 }
 
 }  // namespace pagedattn::cpu

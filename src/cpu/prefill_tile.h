@@ -45,6 +45,7 @@ struct TileScratch {
   float* v_rows;     // [kBlockKeys][head_dim] converted V rows
   float* v_pairs;    // [kBlockKeys / 2][head_dim] bf16 value pairs (keys 2n, 2n+1)
   float* zero_row;   // [head_dim] zeros: the row behind padded keys
+  std::uint16_t* key_block;  // [kBlockKeys][head_dim] bf16: a block's key rows side by side (AMX)
   float* row_max;    // [kRowsPad] running max of the logits
   float* row_sum;    // [kRowsPad] running sum of exp(logit - max)
   float* row_alpha;  // [kRowsPad] rescale of O^T for the current block
@@ -56,9 +57,13 @@ struct TileScratch {
   const void* value_ptrs[kBlockKeys];
 };
 
-// Runs one tile: reads its queries and KV, writes its rows of out (and lse). `bf16_dot` selects
-// the AVX512-BF16 products (q and KV bf16, checked by the caller with bf16_dot_supported()).
-void run_prefill_tile(const detail::AttentionProblem& p, const PrefillTile& tile, bool bf16_dot,
+// How a tile's products run: f32 Highway FMAs; AVX512-BF16 dot products (q and KV bf16, the
+// caller checked bf16_dot_supported()); or those with the logits on AMX tiles (head_dim a
+// multiple of 32, the caller checked amx_bf16_supported() too).
+enum class TileProducts { kF32, kBf16Dot, kAmx };
+
+// Runs one tile: reads its queries and KV, writes its rows of out (and lse).
+void run_prefill_tile(const detail::AttentionProblem& p, const PrefillTile& tile, TileProducts products,
                       TileScratch& scratch);
 
 // ---- AVX512-BF16 micro-kernels (prefill_bf16.cpp); call only when bf16_dot_supported() ----
@@ -87,5 +92,18 @@ void bf16_pack_value_pairs(const std::uint16_t* const* values, std::int64_t num_
 // missing odd key contributes 0.
 void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys, std::int64_t rows,
                             std::int64_t rows_stride, std::uint32_t* p_pairs);
+
+// ---- AMX tiles (prefill_amx.cpp); call only when amx_bf16_supported() ----
+
+// True when the CPU has AMX-TILE and AMX-BF16 and the OS grants this process the tile state.
+bool amx_bf16_supported();
+// amx_bf16_supported(), unless the environment variable PAGEDATTN_CPU_AMX is "0".
+bool amx_prefill_enabled();
+
+// bf16_scores on AMX tiles, for head_dim a multiple of 32 and rows a multiple of 16 up to
+// kTileRows; key_block: [kBlockKeys][head_dim] scratch for the key rows.
+void amx_scores(const std::uint32_t* q_pairs, std::int64_t rows, std::int64_t rows_stride,
+                std::int64_t head_dim, const std::uint16_t* const* keys, std::int64_t num_keys,
+                std::uint16_t* key_block, float* s_t);
 
 }  // namespace pagedattn::cpu
