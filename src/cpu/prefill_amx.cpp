@@ -9,7 +9,13 @@
 #include <unistd.h>
 
 #include <cpuid.h>
+// GCC 12 reports the _mm512_undefined_* placeholders inside the unpack intrinsics as
+// uninitialized once they are inlined; the values are fully overwritten (as in bf16_dot.h).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <cstdlib>
 #include <cstring>
@@ -17,7 +23,7 @@
 
 #include "cpu/prefill_tile.h"
 
-#define PAGEDATTN_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+#define PAGEDATTN_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f")))
 
 namespace pagedattn::cpu {
 
@@ -34,8 +40,8 @@ bool cpu_has_amx_bf16() {
   return amx_bf16 && amx_tile;
 }
 
-// LDTILECFG's 64-byte operand: palette 1; tiles 0-3 hold C (16 rows x 16 f32), 4 holds A (16
-// key rows x 32 bf16), 5 holds B (16 dim pairs x 16 query rows).
+// LDTILECFG's 64-byte operand: palette 1, all eight tiles 16 rows of 64 bytes (16 f32, 32 bf16
+// or 16 bf16 pairs).
 struct alignas(64) TileConfig {
   std::uint8_t palette = 1;
   std::uint8_t start_row = 0;
@@ -46,7 +52,7 @@ struct alignas(64) TileConfig {
 
 TileConfig make_config() {
   TileConfig cfg;
-  for (int t = 0; t < 6; ++t) {
+  for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
@@ -88,6 +94,72 @@ PAGEDATTN_AMX_TARGET void scores_key_tile(const std::uint16_t* key_tile, std::in
   if constexpr (kRowTiles > 3) _tile_stored(3, s_t + 48, pair_bytes);
 }
 
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i, j < 16 (32-bit elements); source
+// rows i >= valid_rows read as zeros.
+PAGEDATTN_AMX_TARGET void transpose16(const std::uint32_t* src, std::int64_t src_stride, std::int64_t valid_rows,
+                                      std::uint32_t* dst, std::int64_t dst_stride) {
+  __m512i a[16], b[16], c[16];
+  for (int i = 0; i < 16; ++i) a[i] = i < valid_rows ? _mm512_loadu_si512(src + i * src_stride) : _mm512_setzero_si512();
+  // Pairs of rows, then pairs of pairs, interleaved within 128-bit lanes: c[4 k + m] holds, in
+  // lane L, rows 4 k .. 4 k + 3 of column 4 L + m.
+  for (int k = 0; k < 8; ++k) {
+    b[2 * k] = _mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]);
+    b[2 * k + 1] = _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    c[4 * k + 0] = _mm512_unpacklo_epi64(b[4 * k], b[4 * k + 2]);
+    c[4 * k + 1] = _mm512_unpackhi_epi64(b[4 * k], b[4 * k + 2]);
+    c[4 * k + 2] = _mm512_unpacklo_epi64(b[4 * k + 1], b[4 * k + 3]);
+    c[4 * k + 3] = _mm512_unpackhi_epi64(b[4 * k + 1], b[4 * k + 3]);
+  }
+  // Column 4 L + m gathers lane L of c[m], c[4 + m], c[8 + m], c[12 + m].
+  for (int m = 0; m < 4; ++m) {
+    const __m512i p = c[m], q = c[4 + m], r = c[8 + m], t = c[12 + m];
+    const __m512i lo_pq = _mm512_shuffle_i32x4(p, q, 0x44), lo_rt = _mm512_shuffle_i32x4(r, t, 0x44);
+    const __m512i hi_pq = _mm512_shuffle_i32x4(p, q, 0xEE), hi_rt = _mm512_shuffle_i32x4(r, t, 0xEE);
+    _mm512_storeu_si512(dst + m * dst_stride, _mm512_shuffle_i32x4(lo_pq, lo_rt, 0x88));
+    _mm512_storeu_si512(dst + (4 + m) * dst_stride, _mm512_shuffle_i32x4(lo_pq, lo_rt, 0xDD));
+    _mm512_storeu_si512(dst + (8 + m) * dst_stride, _mm512_shuffle_i32x4(hi_pq, hi_rt, 0x88));
+    _mm512_storeu_si512(dst + (12 + m) * dst_stride, _mm512_shuffle_i32x4(hi_pq, hi_rt, 0xDD));
+  }
+}
+
+// O^T += V^T P^T for the tile's rows: B tiles 4 .. 4 + kRowTiles - 1 hold the weight pairs of
+// 16 rows each; per 16 dims, A (tile 2) holds V^T and each C tile of O^T is loaded, takes one
+// product and is stored (tiles 0 and 1 in turn).
+template <int kRowTiles>
+PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::int64_t rows_stride,
+                                           const std::uint32_t* v_t, std::int64_t head_dim, float* o_t) {
+  static_assert(kRowTiles >= 1 && kRowTiles <= 4);
+  const auto pair_bytes = static_cast<long>(rows_stride * 4);
+  _tile_loadd(4, p_pairs, pair_bytes);
+  if constexpr (kRowTiles > 1) _tile_loadd(5, p_pairs + 16, pair_bytes);
+  if constexpr (kRowTiles > 2) _tile_loadd(6, p_pairs + 32, pair_bytes);
+  if constexpr (kRowTiles > 3) _tile_loadd(7, p_pairs + 48, pair_bytes);
+  for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
+    _tile_loadd(2, v_t + d0 * 16, 64);
+    float* o = o_t + d0 * rows_stride;
+    _tile_loadd(0, o, pair_bytes);
+    _tile_dpbf16ps(0, 2, 4);
+    _tile_stored(0, o, pair_bytes);
+    if constexpr (kRowTiles > 1) {
+      _tile_loadd(1, o + 16, pair_bytes);
+      _tile_dpbf16ps(1, 2, 5);
+      _tile_stored(1, o + 16, pair_bytes);
+    }
+    if constexpr (kRowTiles > 2) {
+      _tile_loadd(0, o + 32, pair_bytes);
+      _tile_dpbf16ps(0, 2, 6);
+      _tile_stored(0, o + 32, pair_bytes);
+    }
+    if constexpr (kRowTiles > 3) {
+      _tile_loadd(1, o + 48, pair_bytes);
+      _tile_dpbf16ps(1, 2, 7);
+      _tile_stored(1, o + 48, pair_bytes);
+    }
+  }
+}
+
 }  // namespace
 
 bool amx_bf16_supported() {
@@ -127,6 +199,41 @@ PAGEDATTN_AMX_TARGET void amx_scores(const std::uint32_t* q_pairs, std::int64_t 
       case 3: scores_key_tile<3>(key_tile, head_dim, q_pairs, rows_stride, out); break;
       default: scores_key_tile<4>(key_tile, head_dim, q_pairs, rows_stride, out); break;
     }
+  }
+  _tile_release();
+}
+
+PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint32_t* v_pairs,
+                                         std::int64_t num_pairs, std::int64_t rows, std::int64_t rows_stride,
+                                         std::int64_t head_dim, const float* alpha, float* o_t,
+                                         std::uint32_t* v_t) {
+  // A block of 32 keys: the pairs past num_pairs weigh nothing (and their V^T columns are zero).
+  for (std::int64_t n = num_pairs; n < 16; ++n) {
+    std::memset(p_pairs + n * rows_stride, 0, static_cast<std::size_t>(rows_stride) * 4);
+  }
+  // The rows' rescale, skipped while every factor is 1 (the running maxima hold).
+  __mmask16 rescale = 0;
+  for (std::int64_t r = 0; r < rows; r += 16) {
+    rescale |= _mm512_cmp_ps_mask(_mm512_loadu_ps(alpha + r), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+  }
+  if (rescale != 0) {
+    for (std::int64_t d = 0; d < head_dim; ++d) {
+      float* o = o_t + d * rows_stride;
+      for (std::int64_t r = 0; r < rows; r += 16) {
+        _mm512_storeu_ps(o + r, _mm512_mul_ps(_mm512_loadu_ps(o + r), _mm512_loadu_ps(alpha + r)));
+      }
+    }
+  }
+  for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
+    transpose16(v_pairs + d0, head_dim, num_pairs, v_t + d0 * 16, 16);
+  }
+  static const TileConfig config = make_config();
+  _tile_loadconfig(&config);
+  switch (rows / 16) {
+    case 1: accumulate_tiles<1>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
+    case 2: accumulate_tiles<2>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
+    case 3: accumulate_tiles<3>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
+    default: accumulate_tiles<4>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
   }
   _tile_release();
 }

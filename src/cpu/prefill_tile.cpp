@@ -357,7 +357,11 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
       bf16_pack_weight_pairs(s.s_t, nb, rows_pad, kStride, p_pairs);
       bf16_pack_value_pairs(reinterpret_cast<const std::uint16_t* const*>(s.value_ptrs), nb, D,
                             v_pairs);
-      bf16_accumulate(p_pairs, v_pairs, (nb + 1) / 2, rows_pad, kStride, D, s.row_alpha, s.o_t);
+      if (products == TileProducts::kAmx) {
+        amx_accumulate(p_pairs, v_pairs, (nb + 1) / 2, rows_pad, kStride, D, s.row_alpha, s.o_t, s.v_t);
+      } else {
+        bf16_accumulate(p_pairs, v_pairs, (nb + 1) / 2, rows_pad, kStride, D, s.row_alpha, s.o_t);
+      }
     } else {
       accumulate_f32_rows(s.s_t, nb, s.value_ptrs, D, s.row_alpha, rows_pad, s.o_t);
     }
@@ -414,7 +418,7 @@ TileScratch::TileScratch(std::int64_t dim) : head_dim(dim) {
   const std::int64_t rows = kRowsPad, keys = kBlockKeys;
   const std::int64_t sizes[] = {dim * rows, dim * rows, keys * rows, keys / 2 * rows,
                                 keys * dim, keys * dim, keys / 2 * dim, dim,
-                                rows, rows, rows, rows, rows, rows, rows, keys * dim / 2};
+                                rows, rows, rows, rows, rows, rows, rows, keys * dim / 2, keys / 2 * dim};
   std::int64_t total = 0;
   for (std::int64_t n : sizes) total += lines(n);
   buffer = hwy::AllocateAligned<float>(static_cast<std::size_t>(total));
@@ -432,6 +436,8 @@ TileScratch::TileScratch(std::int64_t dim) : head_dim(dim) {
   row_min_key = reinterpret_cast<std::int32_t*>(next);
   next += lines(sizes[k++]);
   key_block = reinterpret_cast<std::uint16_t*>(next);
+  next += lines(sizes[k++]);
+  v_t = reinterpret_cast<std::uint32_t*>(next);
 }
 
 }  // namespace pagedattn::cpu

@@ -46,6 +46,7 @@ struct TileScratch {
   float* v_pairs;    // [kBlockKeys / 2][head_dim] bf16 value pairs (keys 2n, 2n+1)
   float* zero_row;   // [head_dim] zeros: the row behind padded keys
   std::uint16_t* key_block;  // [kBlockKeys][head_dim] bf16: a block's key rows side by side (AMX)
+  std::uint32_t* v_t;        // [head_dim][kBlockKeys / 2] bf16 value pairs transposed (AMX)
   float* row_max;    // [kRowsPad] running max of the logits
   float* row_sum;    // [kRowsPad] running sum of exp(logit - max)
   float* row_alpha;  // [kRowsPad] rescale of O^T for the current block
@@ -105,5 +106,12 @@ bool amx_prefill_enabled();
 void amx_scores(const std::uint32_t* q_pairs, std::int64_t rows, std::int64_t rows_stride,
                 std::int64_t head_dim, const std::uint16_t* const* keys, std::int64_t num_keys,
                 std::uint16_t* key_block, float* s_t);
+
+// bf16_accumulate on AMX tiles, for head_dim a multiple of 16 and rows a multiple of 16 up to
+// kTileRows; p_pairs has kBlockKeys / 2 rows (those from num_pairs on are zeroed), v_t:
+// [head_dim][kBlockKeys / 2] scratch for V^T.
+void amx_accumulate(std::uint32_t* p_pairs, const std::uint32_t* v_pairs, std::int64_t num_pairs,
+                    std::int64_t rows, std::int64_t rows_stride, std::int64_t head_dim, const float* alpha,
+                    float* o_t, std::uint32_t* v_t);
 
 }  // namespace pagedattn::cpu
