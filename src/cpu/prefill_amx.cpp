@@ -1,10 +1,11 @@
-// AMX (Advanced Matrix Extensions) tiles for the CPU prefill's logits (declared in prefill_tile.h).
-//
-// S^T = K Q^T as tile products: A = 16 key rows x 32 dims (bf16, a block's keys copied into one
-// contiguous array), B = 32 dims x 16 query rows of the tile's Q^T pairs (already AMX's
-// "VNNI" layout: dims 2i and 2i + 1 of a row side by side), C = 16 keys x 16 rows of f32 logits.
-// One TDPBF16PS does 8192 multiply-adds (16 x 16 x 32): a core's AVX512-BF16 needs 256
-// instructions for as many.
+// AMX (Advanced Matrix Extensions) tiles for the CPU prefill's products (declared in
+// prefill_tile.h). One TDPBF16PS does 8192 multiply-adds (16 x 16 x 32): a core's AVX512-BF16
+// needs 256 instructions for as many.
+// - Logits S^T = K Q^T: A = 16 key rows x 32 dims (bf16, a block's keys copied into one
+//   contiguous array), B = 32 dims x 16 query rows of the tile's Q^T pairs (already AMX's
+//   "VNNI" layout: dims 2i and 2i + 1 of a row side by side), C = 16 keys x 16 rows of f32.
+// - Outputs O^T += V^T P^T: A = 16 dims x 32 keys of V^T (the value pairs transposed), B = the
+//   weight pairs as they are (keys 2n and 2n + 1 of a row side by side), C = 16 dims x 16 rows.
 #include <sys/syscall.h>
 #include <unistd.h>
 

@@ -59,8 +59,8 @@ struct TileScratch {
 };
 
 // How a tile's products run: f32 Highway FMAs; AVX512-BF16 dot products (q and KV bf16, the
-// caller checked bf16_dot_supported()); or those with the logits on AMX tiles (head_dim a
-// multiple of 32, the caller checked amx_bf16_supported() too).
+// caller checked bf16_dot_supported()); or AMX tiles (head_dim a multiple of 32, the caller
+// checked amx_prefill_enabled() too).
 enum class TileProducts { kF32, kBf16Dot, kAmx };
 
 // Runs one tile: reads its queries and KV, writes its rows of out (and lse).
