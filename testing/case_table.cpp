@@ -333,57 +333,63 @@ void random_group(Table& t, int count) {
 // bf16 q/KV/out decode, which has its own dot-product kernels on CPUs with AVX512-BF16: every
 // head dim x group size (4, 2 and 1-head tiles, padded 32-dim chunks), blocks with odd and
 // non-multiple-of-4 key counts, both dim-contiguous layouts, and the score variants.
+// One variant per case in turn: none, a window of `window` keys, soft-capping, ALiBi; sinks on
+// every third case.
+void rotate_variants(AttentionCase& c, std::size_t i, std::int64_t window) {
+  c.window_left = i % 4 == 1 ? window : -1;
+  c.soft_cap = i % 4 == 2 ? 10.0f : 0.0f;
+  c.alibi = i % 4 == 3;
+  c.sinks = i % 3 == 0;
+}
+
+// bf16 q and KV at head_dim d, group size g, with KV heads, layout and page size from i.
+AttentionCase bf16_case(std::int64_t d, std::int64_t g, std::size_t i, std::int64_t kv_heads,
+                        std::int64_t page_size) {
+  AttentionCase c;
+  c.head_dim = d;
+  c.num_kv_heads = kv_heads;
+  c.num_q_heads = g * kv_heads;
+  c.layout = i % 2 ? KVLayout::kHND : KVLayout::kNHD;
+  c.kv_dtype = DType::kBF16;
+  c.q_dtype = DType::kBF16;
+  c.page_size = page_size;
+  return c;
+}
+
 void bf16_decode_group(Table& t) {
   std::size_t i = 0;
   for (std::int64_t d : kHeadDims) {
     for (std::int64_t g : {1, 4, 5, 8}) {
-      AttentionCase c;
+      AttentionCase c = bf16_case(d, g, i, 1 + static_cast<std::int64_t>(i % 3),
+                                  pick(std::array<std::int64_t, 3>{16, 3, 1}, i));
       c.op = i % 3 == 2 ? Op::kDecodeSplitK : i % 5 == 4 ? Op::kCascade : Op::kDecode;
-      c.head_dim = d;
-      c.num_kv_heads = 1 + static_cast<std::int64_t>(i % 3);
-      c.num_q_heads = g * c.num_kv_heads;
-      c.layout = i % 2 ? KVLayout::kHND : KVLayout::kNHD;
-      c.kv_dtype = DType::kBF16;
-      c.q_dtype = DType::kBF16;
-      c.page_size = pick(std::array<std::int64_t, 3>{16, 3, 1}, i);
       c.kv_lens = {1, 67, 130, 6};
       if (c.op == Op::kCascade) {
         c.shared_prefix = 5;
         c.kv_lens = {6, 72, 135, 11};
       }
-      c.window_left = i % 4 == 1 ? 40 : -1;
-      c.soft_cap = i % 4 == 2 ? 10.0f : 0.0f;
-      c.alibi = i % 4 == 3;
-      c.sinks = i % 3 == 0;
+      rotate_variants(c, i, 40);
       rotate_rest(c, i);
       t.add(c, "bf16-decode", true);
       ++i;
     }
   }
 }
-// bf16 q and KV prefill: the AVX512-BF16 products, and on CPUs with AMX the logits on tiles
+
+// bf16 q and KV prefill: the AVX512-BF16 products, and on CPUs with AMX both products on tiles
 // (head_dim a multiple of 32). Tiles of 16 to 64 rows (queries x heads of a group), key blocks
 // cut short (lengths that leave 1-31 keys in the last block of 32).
 void bf16_prefill_group(Table& t) {
   std::size_t i = 0;
   for (std::int64_t d : kHeadDims) {
     for (std::int64_t g : {1, 4, 8}) {
-      AttentionCase c;
+      AttentionCase c = bf16_case(d, g, i, 1 + static_cast<std::int64_t>(i % 2),
+                                  pick(std::array<std::int64_t, 3>{16, 3, 32}, i));
       c.op = Op::kPrefill;
-      c.head_dim = d;
-      c.num_kv_heads = 1 + static_cast<std::int64_t>(i % 2);
-      c.num_q_heads = g * c.num_kv_heads;
-      c.layout = i % 2 ? KVLayout::kHND : KVLayout::kNHD;
-      c.kv_dtype = DType::kBF16;
-      c.q_dtype = DType::kBF16;
-      c.page_size = pick(std::array<std::int64_t, 3>{16, 3, 32}, i);
       c.kv_lens = {70, 1, 45, 100};
       c.q_lens = {70, 1, 9, 17};
       c.causal = i % 5 != 4;
-      c.window_left = i % 4 == 1 ? 30 : -1;
-      c.soft_cap = i % 4 == 2 ? 10.0f : 0.0f;
-      c.alibi = i % 4 == 3;
-      c.sinks = i % 3 == 0;
+      rotate_variants(c, i, 30);
       rotate_rest(c, i);
       t.add(c, "bf16-prefill", true);
       ++i;

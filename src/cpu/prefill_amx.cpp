@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
 #include "cpu/prefill_tile.h"
 
@@ -161,6 +162,18 @@ PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::in
   }
 }
 
+// f(std::integral_constant<int, n>{}) for n = rows / 16, 1 to 4: the tile functions take their
+// count of 16-row tiles as a constant (tile numbers are instruction immediates).
+template <class F>
+void with_row_tiles(std::int64_t rows, const F& f) {
+  switch (rows / 16) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 }  // namespace
 
 bool amx_bf16_supported() {
@@ -194,12 +207,7 @@ PAGEDATTN_AMX_TARGET void amx_scores(const std::uint32_t* q_pairs, std::int64_t 
   for (std::int64_t k0 = 0; k0 < padded; k0 += 16) {
     const std::uint16_t* key_tile = key_block + k0 * head_dim;
     float* out = s_t + k0 * rows_stride;
-    switch (rows / 16) {
-      case 1: scores_key_tile<1>(key_tile, head_dim, q_pairs, rows_stride, out); break;
-      case 2: scores_key_tile<2>(key_tile, head_dim, q_pairs, rows_stride, out); break;
-      case 3: scores_key_tile<3>(key_tile, head_dim, q_pairs, rows_stride, out); break;
-      default: scores_key_tile<4>(key_tile, head_dim, q_pairs, rows_stride, out); break;
-    }
+    with_row_tiles(rows, [&](auto n) { scores_key_tile<n()>(key_tile, head_dim, q_pairs, rows_stride, out); });
   }
   _tile_release();
 }
@@ -230,12 +238,7 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
   }
   static const TileConfig config = make_config();
   _tile_loadconfig(&config);
-  switch (rows / 16) {
-    case 1: accumulate_tiles<1>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
-    case 2: accumulate_tiles<2>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
-    case 3: accumulate_tiles<3>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
-    default: accumulate_tiles<4>(p_pairs, rows_stride, v_t, head_dim, o_t); break;
-  }
+  with_row_tiles(rows, [&](auto n) { accumulate_tiles<n()>(p_pairs, rows_stride, v_t, head_dim, o_t); });
   _tile_release();
 }
 
