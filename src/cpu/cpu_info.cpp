@@ -40,7 +40,7 @@ std::vector<std::string> cpu_compiled_simd_targets() {
 
 std::string cpu_bf16_products() {
   if (!cpu::bf16_dot_supported()) return "none";
-  return cpu::amx_prefill_enabled() ? "amx-bf16 (prefill) + avx512-bf16" : "avx512-bf16";
+  return cpu::amx_tiles_enabled() ? "amx-bf16 (prefill) + avx512-bf16" : "avx512-bf16";
 }
 
 int cpu_hardware_threads() { return omp_get_num_procs(); }

@@ -55,7 +55,7 @@ std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p) {
 // (PAGEDATTN_CPU_AMX=0 keeps them on AVX512-BF16).
 TileProducts tile_products(const detail::AttentionProblem& p) {
   static const bool bf16 = bf16_dot_supported();
-  static const bool amx = amx_prefill_enabled();
+  static const bool amx = amx_tiles_enabled();
   if (!bf16 || p.qo.q_dtype != DType::kBF16 || p.kv.dtype != DType::kBF16) return TileProducts::kF32;
   return amx && p.head_dim % 32 == 0 ? TileProducts::kAmx : TileProducts::kBf16Dot;
 }

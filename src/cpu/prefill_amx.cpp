@@ -184,7 +184,7 @@ bool amx_bf16_supported() {
   return usable;
 }
 
-bool amx_prefill_enabled() {
+bool amx_tiles_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("PAGEDATTN_CPU_AMX");
     return !(env != nullptr && std::string_view(env) == "0") && amx_bf16_supported();

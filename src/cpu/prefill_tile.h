@@ -13,6 +13,7 @@
 #include <hwy/aligned_allocator.h>
 
 #include "core/problem.h"
+#include "cpu/amx_tiles.h"
 
 namespace pagedattn::cpu {
 
@@ -60,7 +61,7 @@ struct TileScratch {
 
 // How a tile's products run: f32 Highway FMAs; AVX512-BF16 dot products (q and KV bf16, the
 // caller checked bf16_dot_supported()); or AMX tiles (head_dim a multiple of 32, the caller
-// checked amx_prefill_enabled() too).
+// checked amx_tiles_enabled() too).
 enum class TileProducts { kF32, kBf16Dot, kAmx };
 
 // Runs one tile: reads its queries and KV, writes its rows of out (and lse).
@@ -94,12 +95,7 @@ void bf16_pack_value_pairs(const std::uint16_t* const* values, std::int64_t num_
 void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys, std::int64_t rows,
                             std::int64_t rows_stride, std::uint32_t* p_pairs);
 
-// ---- AMX tiles (prefill_amx.cpp); call only when amx_bf16_supported() ----
-
-// True when the CPU has AMX-TILE and AMX-BF16 and the OS grants this process the tile state.
-bool amx_bf16_supported();
-// amx_bf16_supported(), unless the environment variable PAGEDATTN_CPU_AMX is "0".
-bool amx_prefill_enabled();
+// ---- AMX tiles (prefill_amx.cpp); call only when amx_tiles_enabled() ----
 
 // bf16_scores on AMX tiles, for head_dim a multiple of 32 and rows a multiple of 16 up to
 // kTileRows; key_block: [kBlockKeys][head_dim] scratch for the key rows.
