@@ -84,6 +84,7 @@ nlohmann::json make_record(const RecordCase& c, const Timing& t) {
   r["seq_lens_desc"] = c.seq_lens_desc;
   r["num_threads"] = c.num_threads > 0 ? c.num_threads : omp_get_max_threads();
   r["simd_target"] = cpu_simd_target();
+  r["bf16_products"] = cpu_bf16_products();  // AVX512-BF16 and/or AMX tiles: what the ratio ran on
   r["time_us_median"] = t.median_us;
   r["time_us_min"] = t.min_us;
   return r;
