@@ -330,9 +330,7 @@ void random_group(Table& t, int count) {
     t.add(c, "random");
   }
 }
-// bf16 q/KV/out decode, which has its own dot-product kernels on CPUs with AVX512-BF16: every
-// head dim x group size (4, 2 and 1-head tiles, padded 32-dim chunks), blocks with odd and
-// non-multiple-of-4 key counts, both dim-contiguous layouts, and the score variants.
+
 // One variant per case in turn: none, a window of `window` keys, soft-capping, ALiBi; sinks on
 // every third case.
 void rotate_variants(AttentionCase& c, std::size_t i, std::int64_t window) {
@@ -356,6 +354,9 @@ AttentionCase bf16_case(std::int64_t d, std::int64_t g, std::size_t i, std::int6
   return c;
 }
 
+// bf16 q/KV/out decode, which has its own dot-product kernels on CPUs with AVX512-BF16: every
+// head dim x group size (4, 2 and 1-head tiles, padded 32-dim chunks), blocks with odd and
+// non-multiple-of-4 key counts, both dim-contiguous layouts, and the score variants.
 void bf16_decode_group(Table& t) {
   std::size_t i = 0;
   for (std::int64_t d : kHeadDims) {
@@ -396,6 +397,7 @@ void bf16_prefill_group(Table& t) {
     }
   }
 }
+
 }  // namespace
 
 std::vector<AttentionCase> standard_cases(bool quick) {

@@ -18,12 +18,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/cpu_features.h"
+
 #define PAGEDATTN_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace pagedattn::cpu {
-
-// True when the CPU runs AVX512F/BW/VL and AVX512-BF16 (defined in prefill_bf16.cpp).
-bool bf16_dot_supported();
 
 namespace bf16 {
 

@@ -15,7 +15,7 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 
 #include "cpu/cpu_backend.h"
-#include "cpu/prefill_tile.h"
+#include "cpu/cpu_features.h"
 #include "pagedattn/system_info.h"
 
 namespace pagedattn {

@@ -12,12 +12,10 @@
 
 #include <cstdint>
 
+#include "cpu/cpu_features.h"
 #include "cpu/decode_rows.h"
 
 namespace pagedattn::cpu {
-
-// True when the CPU runs AVX512F/BW/VL and AVX512-BF16 (defined in prefill_bf16.cpp).
-bool bf16_dot_supported();
 
 // Head dims padded for the bf16 kernels: whole 32-element chunks.
 inline std::int64_t bf16_padded_dim(std::int64_t head_dim) { return (head_dim + 31) / 32 * 32; }

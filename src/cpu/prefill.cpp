@@ -51,8 +51,8 @@ std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p) {
   return tiles;
 }
 
-// AVX512-BF16 products for bf16 q and KV, with the logits on AMX tiles where the CPU has them
-// (PAGEDATTN_CPU_AMX=0 keeps them on AVX512-BF16).
+// AVX512-BF16 products for bf16 q and KV, on AMX tiles where the CPU has them and head_dim
+// allows (PAGEDATTN_CPU_AMX=0 keeps them on AVX512-BF16).
 TileProducts tile_products(const detail::AttentionProblem& p) {
   static const bool bf16 = bf16_dot_supported();
   static const bool amx = amx_tiles_enabled();

@@ -1,6 +1,6 @@
 // AMX (Advanced Matrix Extensions) tiles for the CPU prefill's products (declared in
-// prefill_tile.h), and the gate every AMX use checks (amx_tiles.h). One TDPBF16PS does 8192 multiply-adds (16 x 16 x 32): a core's AVX512-BF16
-// needs 256 instructions for as many.
+// prefill_tile.h), and the gate every AMX use checks (cpu_features.h). One TDPBF16PS does 8192
+// multiply-adds (16 x 16 x 32): a core's AVX512-BF16 needs 256 instructions for as many.
 // - Logits S^T = K Q^T: A = 16 key rows x 32 dims (bf16, a block's keys copied into one
 //   contiguous array), B = 32 dims x 16 query rows of the tile's Q^T pairs (already AMX's
 //   "VNNI" layout: dims 2i and 2i + 1 of a row side by side), C = 16 keys x 16 rows of f32.
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "cpu/amx_tiles.h"
+#include "cpu/cpu_features.h"
 #include "cpu/prefill_tile.h"
 
 #define PAGEDATTN_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f")))

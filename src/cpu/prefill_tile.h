@@ -13,7 +13,7 @@
 #include <hwy/aligned_allocator.h>
 
 #include "core/problem.h"
-#include "cpu/amx_tiles.h"
+#include "cpu/cpu_features.h"
 
 namespace pagedattn::cpu {
 
@@ -69,9 +69,6 @@ void run_prefill_tile(const detail::AttentionProblem& p, const PrefillTile& tile
                       TileScratch& scratch);
 
 // ---- AVX512-BF16 micro-kernels (prefill_bf16.cpp); call only when bf16_dot_supported() ----
-
-// True when the CPU has AVX512F/BW/VL and AVX512_BF16.
-bool bf16_dot_supported();
 
 // s_t[n][r] = sum_d k_n[d] q_r[d] for n < num_keys (a multiple of 8), r < rows (a multiple of
 // 16). q_pairs: [head_dim / 2][rows_stride] u32 (q_r[2i] | q_r[2i+1] << 16); keys: bf16 rows.
