@@ -193,12 +193,17 @@ bool amx_tiles_enabled() {
   return enabled;
 }
 
+PAGEDATTN_AMX_TARGET void amx_tiles_begin() {
+  static const TileConfig config = make_config();
+  _tile_loadconfig(&config);
+}
+
+PAGEDATTN_AMX_TARGET void amx_tiles_end() { _tile_release(); }
+
 PAGEDATTN_AMX_TARGET void amx_scores(const std::uint32_t* q_pairs, std::int64_t rows,
                                      std::int64_t rows_stride, std::int64_t head_dim,
                                      const std::uint16_t* const* keys, std::int64_t num_keys,
                                      std::uint16_t* key_block, float* s_t) {
-  static const TileConfig config = make_config();
-  _tile_loadconfig(&config);
   // Whole 16-key tiles: the rows past num_keys are zeros (their logits land in s_t rows that
   // the caller does not read; s_t has kBlockKeys rows).
   const std::int64_t padded = (num_keys + 15) / 16 * 16;
@@ -210,7 +215,6 @@ PAGEDATTN_AMX_TARGET void amx_scores(const std::uint32_t* q_pairs, std::int64_t 
     float* out = s_t + k0 * rows_stride;
     with_row_tiles(rows, [&](auto n) { scores_key_tile<n()>(key_tile, head_dim, q_pairs, rows_stride, out); });
   }
-  _tile_release();
 }
 
 PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint32_t* v_pairs,
@@ -237,10 +241,7 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
   for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
     transpose16(v_pairs + d0, head_dim, num_pairs, v_t + d0 * 16, 16);
   }
-  static const TileConfig config = make_config();
-  _tile_loadconfig(&config);
   with_row_tiles(rows, [&](auto n) { accumulate_tiles<n()>(p_pairs, rows_stride, v_t, head_dim, o_t); });
-  _tile_release();
 }
 
 }  // namespace pagedattn::cpu

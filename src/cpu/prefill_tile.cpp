@@ -329,6 +329,7 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
 
   BlockVariant b{var.scale * k_scale, var.soft_cap, var.alibi_slopes != nullptr, var.causal,
                  var.window_left >= 0, false, 0};
+  if (products == TileProducts::kAmx) amx_tiles_begin();
   for (std::int64_t j0 = j_begin; j0 < j_end; j0 += kBlockKeys) {
     const std::int64_t nb = std::min(kBlockKeys, j_end - j0);
     const std::int64_t nb_pad = (nb + 7) / 8 * 8;
@@ -366,6 +367,8 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
       accumulate_f32_rows(s.s_t, nb, s.value_ptrs, D, s.row_alpha, rows_pad, s.o_t);
     }
   }
+
+  if (products == TileProducts::kAmx) amx_tiles_end();
 
   // out = O / sum (with the sink's exp in the sum); lse = max + log(sum).
   for (std::int64_t r = 0; r < rows; ++r) {
