@@ -18,11 +18,10 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <type_traits>
 
+#include "core/env_switch.h"
 #include "cpu/cpu_features.h"
 #include "cpu/prefill_tile.h"
 
@@ -187,8 +186,7 @@ bool amx_bf16_supported() {
 
 bool amx_tiles_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("PAGEDATTN_CPU_AMX");
-    return !(env != nullptr && std::string_view(env) == "0") && amx_bf16_supported();
+    return !detail::env_switched_off("PAGEDATTN_CPU_AMX") && amx_bf16_supported();
   }();
   return enabled;
 }

@@ -1,9 +1,9 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
+#include "core/env_switch.h"
 #include "cuda/cuda_check.h"
 #include "cuda/decode.h"
 #include "cuda/decode_kernel.cuh"
@@ -49,8 +49,7 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
 // Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
 bool use_tma_tiles(const detail::AttentionProblem& p, const KernelChoice& choice, DecodeKernelParams& prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
-  const char* env = std::getenv("PAGEDATTN_DECODE_TMA");
-  if (env != nullptr && std::string_view(env) == "0") return false;
+  if (detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
   if (!choice.mma || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
@@ -65,6 +64,18 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const KernelChoice& choice
   (void)p, (void)choice, (void)prm;
   return false;
 #endif
+}
+
+// Two tiles per softmax step for the TMA kernel where its grid is one wave even at three CTAs
+// per SM (its four stages' share of shared memory): so few warps per SM leave each bound by its
+// step's dependent chain, not by memory. PAGEDATTN_DECODE_PAIRS=0 / 1 forces one / two.
+bool use_pair_steps(dim3 grid) {
+  const std::string_view forced = detail::env_value("PAGEDATTN_DECODE_PAIRS");
+  if (forced == "0" || forced == "1") return forced == "1";
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
+  return ctas <= 3 * static_cast<std::int64_t>(sm_count(device));
 }
 
 // Programmatic dependent launch needs sm_90.
@@ -218,15 +229,16 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (use_tma_tiles(p, choice, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, grid, stream);
-    else launch_paged_decode_mma<__half, __half, true>(prm, d, grid, stream);
+    const bool pairs = use_pair_steps(grid);
+    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, grid, stream);
+    else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, grid, stream);
 #endif
   } else if (choice.mma) {
     switch (p.kv.dtype) {
-      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), grid, stream); break;
-      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;
-      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;
-      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, static_cast<int>(p.head_dim), grid, stream); break;
+      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), false, grid, stream); break;
+      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), false, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, static_cast<int>(p.head_dim), true, grid, stream); break;
+      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, static_cast<int>(p.head_dim), true, grid, stream); break;
     }
   } else {
     switch (p.kv.dtype) {

@@ -17,6 +17,8 @@
 // On Hopper, 16-bit caches whose pages hold whole tiles take the TMA variant (kTma): one lane
 // copies a tile as four tensor boxes (K and V, two 64-dim halves each) into 128-byte-swizzled
 // rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
+// A softmax step takes one or two tiles (MmaDecodeSmem::kStep): two where few warps share an SM
+// and each is bound by its step's dependent chain rather than by memory.
 #pragma once
 
 #include "cuda/async_copy.cuh"
@@ -29,18 +31,23 @@ namespace pagedattn::cuda {
 // Shared memory of one CTA: staged page ids, then the per-warp cp.async pipeline
 // ([stage][warp][k|v] tiles of kTokens rows) followed, for fp8, by each warp's widened K/V
 // tiles; after the loop the same region holds the warps' states for the final merge.
-// Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128) lets 4 CTAs share an SM, so
-// one CTA's start (page ids, Q, pipeline fill) and end (merge, writes) overlap three others'
-// streaming instead of one.
+// Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128, one tile per step) lets 4
+// CTAs share an SM, so one CTA's start (page ids, Q, pipeline fill) and end (merge, writes)
+// overlap three others' streaming instead of one (two-tile steps: 69 KB, 3 CTAs; fp8 52 KB).
 constexpr int kMmaDecodeThreads = 64;
 
-template <class KV, int kD, bool kTma = false>
+template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
   static constexpr int kWarps = kMmaDecodeThreads / 32;
-  static constexpr int kTokens = 16;        // keys per warp step
+  static constexpr int kTokens = 16;        // keys per tile (one pipeline stage)
   static constexpr int kRowElems = kD + 8;  // 16-bit rows +16 bytes: ldmatrix rows in distinct banks
-  static constexpr int kStages = 3;
+  // Tiles per softmax step: with few warps per SM (fp8 always: its widening lengthens the
+  // chain) a warp is bound by the step's dependent chain (maxima, exponentials, rescale), not
+  // by memory, and two tiles per step let one chain serve 32 keys. Four stages keep two tiles
+  // in flight during a step, as three do for one-tile steps.
+  static constexpr int kStep = kTilesPerStep;
+  static constexpr int kStages = kStep == 2 ? 4 : 3;
   static constexpr int kPageChunk = 1024;
   // fp8 rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks) fall
   // in distinct banks. TMA rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in
@@ -51,7 +58,7 @@ struct MmaDecodeSmem {
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // one of K or V
   static constexpr int kStageWarpBytes = 2 * kTileBytes;
   static constexpr int kWideTileBytes = kTokens * kRowElems * 2;
-  static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened
+  static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
   static constexpr int kMergeBytes = kWarps * 16 * (kD + 2) * 4;
   static constexpr int kRegionBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
@@ -64,11 +71,11 @@ struct MmaDecodeSmem {
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
-template <class KV, class T, int kD, bool kTma>
+template <class KV, class T, int kD, bool kTma, int kTilesPerStep>
 __global__ void __launch_bounds__(kMmaDecodeThreads)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
-  using Smem = MmaDecodeSmem<KV, kD, kTma>;
-  constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages;
+  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep>;
+  constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages, kStep = Smem::kStep;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
   constexpr int kG = 16;              // query-head rows of the mma tile
   constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems;
@@ -249,90 +256,104 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     };
 
 #pragma unroll
-    for (int j = 0; j < kStages - 1; ++j) issue(j);
-    for (std::int64_t j = 0; j < n_mine; ++j) {
-      __syncwarp();  // every lane is done reading the stage about to be refilled
-      issue(j + kStages - 1);
-      if constexpr (kTma) {
-        sm90::mbarrier_wait(&warp_bars[stage_of(j)], stage_parity(j));
-        const std::int64_t t0 = tile_start(j);
-        if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
-          unsigned char* v_tile = stage_ptr(j, 1);
+    for (int j = 0; j < kStages - kStep; ++j) issue(j);
+    for (std::int64_t j = 0; j < n_mine; j += kStep) {
+      __syncwarp();  // every lane is done reading the stages about to be refilled
 #pragma unroll
-          for (int i = lane; i < kTokens * kD / 8; i += 32) {
-            const int r = i / (kD / 8), c = i % (kD / 8);
-            if (t0 + r < c_begin || t0 + r >= c_end) {
-              *reinterpret_cast<uint4*>(v_tile + sm90::swizzled_offset(r, c, kTokens)) = make_uint4(0, 0, 0, 0);
+      for (int h = 0; h < kStep; ++h) issue(j + kStages - kStep + h);
+      if constexpr (kTma) {
+#pragma unroll
+        for (int h = 0; h < kStep; ++h) {
+          if (h > 0 && j + h >= n_mine) break;  // a step's second tile past the warp's last was never issued
+          sm90::mbarrier_wait(&warp_bars[stage_of(j + h)], stage_parity(j + h));
+          const std::int64_t t0 = tile_start(j + h);
+          if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
+            unsigned char* v_tile = stage_ptr(j + h, 1);
+#pragma unroll
+            for (int i = lane; i < kTokens * kD / 8; i += 32) {
+              const int r = i / (kD / 8), c = i % (kD / 8);
+              if (t0 + r < c_begin || t0 + r >= c_end) {
+                *reinterpret_cast<uint4*>(v_tile + sm90::swizzled_offset(r, c, kTokens)) = make_uint4(0, 0, 0, 0);
+              }
             }
+            sm90::fence_shared_for_async();  // before a later box lands on these rows
           }
-          sm90::fence_shared_for_async();  // before a later box lands on these rows
         }
       } else {
-        cp_async_wait<kStages - 1>();
+        cp_async_wait<kStages - kStep>();  // the step's tiles have landed
       }
-      if constexpr (kFp8) {  // widen the V chunks this lane copied (its own copies have landed)
+      // fp8: widen the V chunks of tile jj that this lane copied (its own copies have landed).
+      auto widen_v = [&](std::int64_t jj) {
 #pragma unroll
         for (int i = 0; i < kTokens * kChunks / 32; ++i) {
           const int r = lane_row + i * (32 / kChunks);
-          const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(j, 1), r, lane_chunk));
+          const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(jj, 1), r, lane_chunk));
           uint4* dst = reinterpret_cast<uint4*>(wide + r * kRowElems + lane_chunk * 16);
           widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
         }
-      }
+      };
+      if constexpr (kFp8) widen_v(j);
       __syncwarp();  // tile j, copied (and V widened) by all lanes, is visible to all lanes
-      const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j, 0));
-      const T* v_tile = v_tile_ptr(j);
-      const std::int64_t t0 = tile_start(j);
 
-      float sc[2][4] = {};
+      // Logits of the step's tiles: n-tiles 2 h and 2 h + 1 are tile j + h's keys. A step's
+      // second tile past the warp's last (an odd count) is a stale stage whose keys the mask
+      // below drops (a select: stale NaN cannot leak) and whose P V is skipped.
+      float sc[2 * kStep][4] = {};
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int h = 0; h < kStep; ++h) {
+        const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j + h, 0));
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; kk += 2) {
-          std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
-          if constexpr (kFp8) {  // key nt*8 + gid, dims 32 (kk / 2) + 8 tig .. + 7
-            const uint2 raw = *reinterpret_cast<const uint2*>(stage_ptr(j, 0) + (nt * 8 + gid) * Smem::kStageRowBytes +
-                                                              kk * 16 + tig * 8);
-            b[0] = fp8x2_to_f16x2<KV>(raw.x, 0), b[1] = fp8x2_to_f16x2<KV>(raw.x, 1);
-            b[2] = fp8x2_to_f16x2<KV>(raw.y, 0), b[3] = fp8x2_to_f16x2<KV>(raw.y, 1);
-          } else if constexpr (kTma) {
-            const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
-            ldmatrix_x4<false>(b, reinterpret_cast<const T*>(
-                                      base + sm90::swizzled_offset(nt * 8 + (lane & 7), 2 * kk + (lane >> 3), kTokens)));
-          } else {
-            ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; kk += 2) {
+            std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
+            if constexpr (kFp8) {  // key nt*8 + gid, dims 32 (kk / 2) + 8 tig .. + 7
+              const uint2 raw = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned char*>(k_tile) +
+                                                                (nt * 8 + gid) * Smem::kStageRowBytes + kk * 16 + tig * 8);
+              b[0] = fp8x2_to_f16x2<KV>(raw.x, 0), b[1] = fp8x2_to_f16x2<KV>(raw.x, 1);
+              b[2] = fp8x2_to_f16x2<KV>(raw.y, 0), b[3] = fp8x2_to_f16x2<KV>(raw.y, 1);
+            } else if constexpr (kTma) {
+              const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
+              ldmatrix_x4<false>(b, reinterpret_cast<const T*>(
+                                        base + sm90::swizzled_offset(nt * 8 + (lane & 7), 2 * kk + (lane >> 3), kTokens)));
+            } else {
+              ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+            }
+            mma16816<T>(sc[2 * h + nt], qa[kk], b[0], b[1]);
+            mma16816<T>(sc[2 * h + nt], qa[kk + 1], b[2], b[3]);
           }
-          mma16816<T>(sc[nt], qa[kk], b[0], b[1]);
-          mma16816<T>(sc[nt], qa[kk + 1], b[2], b[3]);
         }
       }
-      // Logits (base 2), keys outside [c_begin, c_end) masked: keys lo .. hi - 1 of the tile are
+      // Logits (base 2), keys outside [c_begin, c_end) masked: keys lo .. hi - 1 of a tile are
       // inside (most tiles lie wholly inside, and all of this is in 32 bits). Plain logits keep
       // their scale until the exponent's FFMA (s_mul > 0: the host checked scale > 0 and the fp8
       // scales > 0, so the maxima keep their order).
-      const int lo = static_cast<int>(min(max(c_begin - t0, std::int64_t{0}), std::int64_t{kTokens}));
-      const int hi = static_cast<int>(min(max(c_end - t0, std::int64_t{0}), std::int64_t{kTokens}));
-      const float t0_from_q = static_cast<float>(t0 - q_pos);
       float rmax[2] = {kNegInf, kNegInf};
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int h = 0; h < kStep; ++h) {
+        const std::int64_t t0 = tile_start(j + h);
+        const int lo = static_cast<int>(min(max(c_begin - t0, std::int64_t{0}), std::int64_t{kTokens}));
+        const int hi = static_cast<int>(min(max(c_end - t0, std::int64_t{0}), std::int64_t{kTokens}));
+        const float t0_from_q = static_cast<float>(t0 - q_pos);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const int k = nt * 8 + tig * 2 + (e & 1);
-          float x = sc[nt][e];
-          if (!plain) {
-            x *= s_mul;
-            if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
-            x = (x + slope[r] * (t0_from_q + static_cast<float>(k))) * kLog2e;
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            const int k = nt * 8 + tig * 2 + (e & 1);
+            float x = sc[2 * h + nt][e];
+            if (!plain) {
+              x *= s_mul;
+              if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+              x = (x + slope[r] * (t0_from_q + static_cast<float>(k))) * kLog2e;
+            }
+            x = k >= lo && k < hi ? x : kNegInf;
+            sc[2 * h + nt][e] = x;
+            rmax[r] = fmaxf(rmax[r], x);
           }
-          x = k >= lo && k < hi ? x : kNegInf;
-          sc[nt][e] = x;
-          rmax[r] = fmaxf(rmax[r], x);
         }
       }
       const float p_mul = plain ? s_mul : 1.0f;  // what still multiplies the logits in sc
-      std::uint32_t pa[4];
       float corr[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -343,9 +364,9 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
         m[r] = m_new;
         l[r] *= corr[r];
       }
-      float pr[2][4];
+      float pr[2 * kStep][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 2 * kStep; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
@@ -354,10 +375,14 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
           l[r] += pr[nt][e];
         }
       }
-      pa[0] = pack2<T>(pr[0][0], pr[0][1]);
-      pa[1] = pack2<T>(pr[0][2], pr[0][3]);
-      pa[2] = pack2<T>(pr[1][0], pr[1][1]);
-      pa[3] = pack2<T>(pr[1][2], pr[1][3]);
+      std::uint32_t pa[kStep][4];  // P of tile j + h as the A fragment of its 16-key k-step
+#pragma unroll
+      for (int h = 0; h < kStep; ++h) {
+        pa[h][0] = pack2<T>(pr[2 * h][0], pr[2 * h][1]);
+        pa[h][1] = pack2<T>(pr[2 * h][2], pr[2 * h][3]);
+        pa[h][2] = pack2<T>(pr[2 * h + 1][0], pr[2 * h + 1][1]);
+        pa[h][3] = pack2<T>(pr[2 * h + 1][2], pr[2 * h + 1][3]);
+      }
       // The running maxima settle after the first tiles: skip the rescale while they hold.
       if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
@@ -365,18 +390,31 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
           o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
         }
       }
+      // O += P V a tile at a time (fp8's widened V holds one tile).
 #pragma unroll
-      for (int n = 0; n < kD / 8; n += 2) {
-        std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
-        const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-        if constexpr (kTma) {
-          const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
-          ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
-        } else {
-          ldmatrix_x4<true>(b, v_tile + v_row * kRowElems + n * 8 + (lane >> 4) * 8);
+      for (int h = 0; h < kStep; ++h) {
+        if (h > 0) {
+          if (j + h >= n_mine) break;  // no such tile (warp-uniform)
+          if constexpr (kFp8) {
+            __syncwarp();  // every lane's ldmatrix of the previous tile's widened V is done
+            widen_v(j + h);
+            __syncwarp();
+          }
         }
-        mma16816<T>(o[n], pa, b[0], b[1]);
-        mma16816<T>(o[n + 1], pa, b[2], b[3]);
+        const T* v_tile = v_tile_ptr(j + h);
+#pragma unroll
+        for (int n = 0; n < kD / 8; n += 2) {
+          std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
+          const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+          if constexpr (kTma) {
+            const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+            ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
+          } else {
+            ldmatrix_x4<true>(b, v_tile + v_row * kRowElems + n * 8 + (lane >> 4) * 8);
+          }
+          mma16816<T>(o[n], pa[h], b[0], b[1]);
+          mma16816<T>(o[n + 1], pa[h], b[2], b[3]);
+        }
       }
     }
     if constexpr (!kTma) cp_async_wait<0>();
@@ -408,22 +446,30 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   write_cta_result(prm, cta, s_m, s_l, s_acc, kWarps, kG, kD, v_scale);
 }
 
-// Launches paged_decode_mma_kernel<KV, T, head_dim, kTma> (T bf16 or f16; KV = T, or fp8 with
-// T = f16; head_dim 64 or 128). Instantiated in instantiations/decode_mma_*.cu, and with kTma
-// (KV = T) in sm90a/decode_mma_tma_*.cu.
+// Launches paged_decode_mma_kernel<KV, T, head_dim, kTma, tiles per step> (T bf16 or f16; KV =
+// T, or fp8 with T = f16; head_dim 64 or 128). fp8 always takes two tiles per step and the
+// cp.async 16-bit kernel one; the TMA kernel takes two when `pair_steps` (its four stages fit
+// three CTAs per SM instead of four). Instantiated in instantiations/decode_mma_*.cu, and with
+// kTma (KV = T) in sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
-void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
-  auto launch = [&](auto d_c) {
-    constexpr int kD = decltype(d_c)::value;
-    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma>::kBytes;
-    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma>;
+void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, dim3 grid, cudaStream_t stream) {
+  auto launch = [&](auto d_c, auto step_c) {
+    constexpr int kD = decltype(d_c)::value, kStep = decltype(step_c)::value;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, kMmaDecodeThreads, kBytes, stream>>>(prm);
   };
-  if (head_dim == 64) launch(std::integral_constant<int, 64>{});
-  else launch(std::integral_constant<int, 128>{});
+  auto with_step = [&](auto d_c) {
+    if constexpr (sizeof(KV) == 1) launch(d_c, std::integral_constant<int, 2>{});
+    else if constexpr (!kTma) launch(d_c, std::integral_constant<int, 1>{});
+    else if (pair_steps) launch(d_c, std::integral_constant<int, 2>{});
+    else launch(d_c, std::integral_constant<int, 1>{});
+  };
+  if (head_dim == 64) with_step(std::integral_constant<int, 64>{});
+  else with_step(std::integral_constant<int, 128>{});
 }
 
 }  // namespace pagedattn::cuda

@@ -1,10 +1,9 @@
 // Paged prefill on CUDA: which problems the tensor-core kernels cover, which one runs, its launch.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 
+#include "core/env_switch.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kv_rows.h"
 #include "cuda/page_tensor_map.h"
@@ -46,8 +45,7 @@ namespace {
 
 bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 #if defined(PAGEDATTN_WITH_SM90A)
-  const char* forced = std::getenv("PAGEDATTN_PREFILL_KERNEL");
-  if (forced != nullptr && std::string_view(forced) == "mma") return false;
+  if (detail::env_value("PAGEDATTN_PREFILL_KERNEL") == "mma") return false;
   const bool q_rows_aligned = reinterpret_cast<std::uintptr_t>(p.qo.q) % 16 == 0 && p.qo.q_token_stride % 8 == 0 &&
                               p.qo.q_head_stride % 8 == 0;
   // The producer keeps each row's offset in 16-byte units in 32 bits.
@@ -67,8 +65,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 // The Hopper kernel's TMA page boxes: pages that cut its key tiles into whole swizzle atoms
 // (8 rows of 128 bytes), K and V described alike. PAGEDATTN_PREFILL_TMA=0 turns them off.
 bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm) {
-  const char* env = std::getenv("PAGEDATTN_PREFILL_TMA");
-  if (env != nullptr && std::string_view(env) == "0") return false;
+  if (detail::env_switched_off("PAGEDATTN_PREFILL_TMA")) return false;
   const std::int64_t P = p.kv.page_size;
   if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
   KVPageBoxes boxes;

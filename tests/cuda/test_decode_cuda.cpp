@@ -120,6 +120,9 @@ std::vector<Case> cases() {
   { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.per_head_scales = true; c.layout = KVLayout::kHND; out.push_back(c); }
   { Case c; c.kv = DType::kF8E5M2; c.head_dim = 64; c.num_q_heads = 40; c.num_kv_heads = 2; c.lens = ragged; out.push_back(c); }
+  // fp8 steps take two tiles: odd tile counts per warp, pages that tiles straddle, and page ids
+  // staged in several chunks whose boundaries fall mid-tile.
+  { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.page_size = 3; c.variant = DecodeVariant::kOnePass; c.lens = {1, 17, 48, 3100, 16401}; out.push_back(c); }
   { Case c; c.kv = DType::kF8E4M3; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kOnePass; c.lens = ragged; out.push_back(c); }
   // One CTA over more than 1024 pages: its page ids are staged in several chunks (the TMA

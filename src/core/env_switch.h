@@ -1,0 +1,19 @@
+// Internal: environment switches that force one implementation path over another, so that tests
+// can cover every path on one machine and a measurement can compare them in one binary.
+#pragma once
+
+#include <cstdlib>
+#include <string_view>
+
+namespace pagedattn::detail {
+
+// The value of environment variable `name`; empty when it is unset.
+inline std::string_view env_value(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string_view(value) : std::string_view();
+}
+
+// True when `name` is set to "0": the path it names is switched off.
+inline bool env_switched_off(const char* name) { return env_value(name) == "0"; }
+
+}  // namespace pagedattn::detail
