@@ -31,6 +31,10 @@ namespace pagedattn::cpu {
 
 namespace {
 
+// A key block is one product's depth: 32 bf16 keys, 16 pairs (so a V^T row is 64 bytes).
+constexpr std::int64_t kPairs = kBlockKeys / 2;
+static_assert(kPairs == 16, "the AMX products take one key block of 32 keys per TDPBF16PS");
+
 // Linux hands a process the AMX tile state only once it asks (arch_prctl, kernel 5.16+).
 constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtiledata = 18;
@@ -139,7 +143,7 @@ PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::in
   if constexpr (kRowTiles > 2) _tile_loadd(6, p_pairs + 32, pair_bytes);
   if constexpr (kRowTiles > 3) _tile_loadd(7, p_pairs + 48, pair_bytes);
   for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
-    _tile_loadd(2, v_t + d0 * 16, 64);
+    _tile_loadd(2, v_t + d0 * kPairs, kPairs * 4);
     float* o = o_t + d0 * rows_stride;
     _tile_loadd(0, o, pair_bytes);
     _tile_dpbf16ps(0, 2, 4);
@@ -220,7 +224,7 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
                                          std::int64_t head_dim, const float* alpha, float* o_t,
                                          std::uint32_t* v_t) {
   // A block of 32 keys: the pairs past num_pairs weigh nothing (and their V^T columns are zero).
-  for (std::int64_t n = num_pairs; n < 16; ++n) {
+  for (std::int64_t n = num_pairs; n < kPairs; ++n) {
     std::memset(p_pairs + n * rows_stride, 0, static_cast<std::size_t>(rows_stride) * 4);
   }
   // The rows' rescale, skipped while every factor is 1 (the running maxima hold).
@@ -237,7 +241,7 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
     }
   }
   for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
-    transpose16(v_pairs + d0, head_dim, num_pairs, v_t + d0 * 16, 16);
+    transpose16(v_pairs + d0, head_dim, num_pairs, v_t + d0 * kPairs, kPairs);
   }
   with_row_tiles(rows, [&](auto n) { accumulate_tiles<n()>(p_pairs, rows_stride, v_t, head_dim, o_t); });
 }
