@@ -1,5 +1,6 @@
 // Cascade decode on CUDA: the planner, the set-up kernel, the level launches, the merge.
 #include <algorithm>
+#include <cmath>
 #include <cub/block/block_scan.cuh>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ constexpr std::int64_t kMinSplitTokens = 512;
 // Partial states are kept for every sequence: splits are capped so that they stay within this
 // (a large batch with one small sharing group would otherwise reserve gigabytes).
 constexpr std::int64_t kMaxStateBytes = std::int64_t{256} << 20;
+// The shared levels (a prefill) and the own levels (a decode of short rows) run side by side,
+// each on part of the SMs, and both are bound by latency rather than by the GPU's throughput, so
+// the SMs are shared in proportion to each side's SM time. Per-SM rates measured on an H100
+// (64 x (16384 shared + 256 or 1024 own), docs/perf-notes.md, CUDA cascade v4): a 128 x 128 x
+// 128 prefill tile (both products) takes ~2.5 us of an SM running one such CTA; a decode CTA
+// (one sequence and KV head) takes ~2.5 us plus its bytes at ~6.4 GB/s, four CTAs sharing an SM.
+constexpr double kSharedFlopsPerSmMicro = 4.0 * 128 * 128 * 128 / 2.5;
+constexpr double kOwnRowMicros = 2.5;
+constexpr double kOwnBytesPerMicro = 6.4e3;
+constexpr double kOwnCtasPerSm = 4.0;
 
 struct PositionsParams {
   detail::PageTableAccess tables[kMaxCascadeLevels];
@@ -130,27 +141,54 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
     bytes += align_up(n);
     return at;
   };
-  std::size_t decode_bytes = 0;
-  for (const CascadeLevelDesc& level : levels) {
-    CascadeLevelPlan lp;
-    lp.state = plan.num_states;
-    std::int64_t max_len = 0;
-    for (std::int64_t len : level.seq_lens) max_len = std::max(max_len, len);
+  // A level is shared when several sequences use one of its rows and the prefill covers it.
+  auto level_problem = [&base](const CascadeLevelDesc& level) {
     detail::AttentionProblem p = base;
     p.table = level.table;
     p.seq_to_row = level.seq_to_row;
     p.variant.sinks = nullptr;
-    lp.shared = level.max_users >= 2 && !positional(base) && prefill_unsupported(p).empty() &&
-                level.table.num_rows <= 65535;
+    return p;
+  };
+  std::vector<bool> shared(levels.size());
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    shared[l] = levels[l].max_users >= 2 && !positional(base) && prefill_unsupported(level_problem(levels[l])).empty() &&
+                levels[l].table.num_rows <= 65535;
+  }
+  // SM time of each kind (microseconds x SMs), for the split of the SMs between them: every
+  // query head attends each key of a shared level (4 flops per key and dim); an own level's CTA
+  // per (sequence, KV head) reads its row's K and V once.
+  const double kv_token_bytes = 2.0 * static_cast<double>(D) * static_cast<double>(dtype_size(base.kv.dtype));
+  double shared_time = 0.0, own_time = 0.0;
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    for (std::int64_t len : levels[l].seq_lens) {
+      if (shared[l]) {
+        shared_time += 4.0 * static_cast<double>(len * Hq * D) / kSharedFlopsPerSmMicro;
+      } else if (len > 0) {
+        own_time += static_cast<double>(base.num_kv_heads) *
+                    (kOwnRowMicros + static_cast<double>(len) * kv_token_bytes / kOwnBytesPerMicro) / kOwnCtasPerSm;
+      }
+    }
+  }
+  const double shared_share = shared_time > 0.0 ? shared_time / (shared_time + own_time) : 1.0;
+  std::size_t decode_bytes = 0;
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    const CascadeLevelDesc& level = levels[l];
+    CascadeLevelPlan lp;
+    lp.state = plan.num_states;
+    std::int64_t max_len = 0;
+    for (std::int64_t len : level.seq_lens) max_len = std::max(max_len, len);
+    const detail::AttentionProblem p = level_problem(level);
+    lp.shared = shared[l];
     if (lp.shared) {
       const PrefillGeometry geometry = prefill_geometry(p, device);
       const std::int64_t rows = geometry.rows_per_cta;
       const std::int64_t tiles = (level.max_users * base.group_size() + rows - 1) / rows;
       const std::int64_t ctas = tiles * base.num_kv_heads * level.table.num_rows;
-      // One wave: as many CTAs as fit on the SMs at once (more waves only add merge inputs:
-      // docs/perf-notes.md, CUDA cascade).
-      const std::int64_t wave = sms * geometry.ctas_per_sm;
-      std::int64_t splits = std::max<std::int64_t>(1, wave / std::max<std::int64_t>(1, ctas));
+      // One wave on the shared levels' share of the SMs (more waves only add merge inputs:
+      // docs/perf-notes.md, CUDA cascade); the own levels' CTAs take the other SMs meanwhile.
+      const double wave = static_cast<double>(sms * geometry.ctas_per_sm) * shared_share;
+      std::int64_t splits = std::max<std::int64_t>(1, std::llround(wave / static_cast<double>(std::max<std::int64_t>(1, ctas))));
+      splits = std::min(splits, std::max<std::int64_t>(1, sms * geometry.ctas_per_sm / std::max<std::int64_t>(1, ctas)));
       splits = std::min(splits, std::max<std::int64_t>(1, max_len / kMinSplitTokens));
       const std::int64_t state_bytes = S * Hq * D * static_cast<std::int64_t>(sizeof(float));
       splits = std::min(splits, std::max<std::int64_t>(
@@ -268,13 +306,14 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
              lp.decode.workspace_bytes, side);
     }
   };
-  // The decodes are launched first: their CTAs take the SMs, the prefill's CTAs follow as SMs
-  // drain (H100, 64 x (16384 + 256): 99 us per graph replay, 104 the other way round).
-  for (std::size_t l = 0; l < levels.size(); ++l) {
-    if (!plan.levels[l].shared) run_level(l);
-  }
+  // The shared levels are launched first: their CTAs (one per SM) take their share of the SMs,
+  // and the decodes' CTAs fill the rest (H100, 64 x (16384 + 256): 87 us per graph replay, 101
+  // the other way round, when the decode's CTAs took every SM and the prefill waited for them).
   for (std::size_t l = 0; l < levels.size(); ++l) {
     if (plan.levels[l].shared) run_level(l);
+  }
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (!plan.levels[l].shared) run_level(l);
   }
   side_join.join();
 

@@ -58,9 +58,10 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
                     const CascadePlan& plan, void* workspace, std::size_t workspace_bytes, void* stream);
 
 // Decode over a layout found on the host by find_shared_prefixes: its tables and row maps are
-// copied into the workspace (an asynchronous copy from pageable memory, which a stream being
-// captured does not allow), then cascade_decode runs. Returns false, having enqueued nothing,
-// when a given workspace is too small or the layout has more than kMaxCascadeLevels levels.
+// uploaded into the workspace through a page-locked staging buffer that later calls refill (so
+// not while the stream is being captured: a replayed graph would read the refilled buffer), then
+// cascade_decode runs. Returns false, having enqueued nothing, when a given workspace is too
+// small or the layout has more than kMaxCascadeLevels levels.
 // base: the decode problem with device pointers.
 bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout& layout, int device,
                        void* workspace, std::size_t workspace_bytes, void* stream);

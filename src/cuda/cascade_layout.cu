@@ -4,6 +4,7 @@
 
 #include "cuda/cascade.h"
 #include "cuda/cuda_check.h"
+#include "cuda/pinned_upload.h"
 #include "cuda/workspace.h"
 
 namespace pagedattn::cuda {
@@ -67,8 +68,7 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
   if (workspace != nullptr && workspace_bytes < total) return false;
   const Workspace scratch(total, workspace, workspace_bytes, stream, "decode's cascade");
   auto* uploaded = reinterpret_cast<std::int32_t*>(scratch.get() + plan.workspace_bytes);
-  check_cuda(cudaMemcpyAsync(uploaded, packed.data(), upload_bytes, cudaMemcpyHostToDevice, stream),
-             "decode cascade layout upload");
+  upload_staged(uploaded, packed.data(), upload_bytes, stream);
   for (std::size_t l = 0; l < descs.size(); ++l) {
     descs[l].table.indptr = uploaded + at[l].indptr;
     descs[l].table.indices = uploaded + at[l].indices;
