@@ -258,13 +258,15 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 #pragma unroll
     for (int j = 0; j < kStages - kStep; ++j) issue(j);
     for (std::int64_t j = 0; j < n_mine; j += kStep) {
+      // The step's tiles that exist: with an odd count the last step has one (warp-uniform).
+      const int step_tiles = static_cast<int>(min(static_cast<std::int64_t>(kStep), n_mine - j));
       __syncwarp();  // every lane is done reading the stages about to be refilled
 #pragma unroll
       for (int h = 0; h < kStep; ++h) issue(j + kStages - kStep + h);
       if constexpr (kTma) {
 #pragma unroll
         for (int h = 0; h < kStep; ++h) {
-          if (h > 0 && j + h >= n_mine) break;  // a step's second tile past the warp's last was never issued
+          if (h >= step_tiles) break;  // never issued
           sm90::mbarrier_wait(&warp_bars[stage_of(j + h)], stage_parity(j + h));
           const std::int64_t t0 = tile_start(j + h);
           if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
@@ -394,7 +396,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
         if (h > 0) {
-          if (j + h >= n_mine) break;  // no such tile (warp-uniform)
+          if (h >= step_tiles) break;
           if constexpr (kFp8) {
             __syncwarp();  // every lane's ldmatrix of the previous tile's widened V is done
             widen_v(j + h);
