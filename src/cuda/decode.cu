@@ -47,9 +47,10 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
 // The tensor-core kernel's Hopper variant: K/V tiles as TMA boxes of 16 slots, so pages must
 // hold whole tiles, and the cache must be q's 16-bit dtype in rows the driver can describe.
 // Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
-bool use_tma_tiles(const detail::AttentionProblem& p, const KernelChoice& choice, DecodeKernelParams& prm) {
+bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice,
+                   DecodeKernelParams& prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
-  if (detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
+  if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
   if (!choice.mma || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
@@ -61,7 +62,7 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const KernelChoice& choice
   prm.tma_head_inner = boxes.head_inner;
   return true;
 #else
-  (void)p, (void)choice, (void)prm;
+  (void)p, (void)plan, (void)choice, (void)prm;
   return false;
 #endif
 }
@@ -226,7 +227,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  if (use_tma_tiles(p, choice, prm)) {
+  if (use_tma_tiles(p, plan, choice, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const bool pairs = use_pair_steps(grid);

@@ -13,6 +13,7 @@ struct DecodePlan {
   std::int64_t partition_tokens = 0;  // KV tokens per split (a multiple of page_size)
   std::int64_t max_splits = 1;        // splits of the longest sequence
   std::size_t workspace_bytes = 0;    // f32 partial outputs and LSEs when max_splits > 1
+  bool tma_tiles = true;              // false: the cp.async kernel even where TMA boxes would do
 };
 
 // `lengths` are the sequences' KV lengths, read from the host copy of the page table.
