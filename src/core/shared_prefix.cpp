@@ -98,6 +98,7 @@ class PrefixFinder {
         end = mismatch_from(lead_row, s, d, end);
       }
       end = std::max(end, d);
+      g.pending.reserve(g.pending.size() + static_cast<std::size_t>(end - d));
       for (std::int64_t j = d; j < end; ++j) g.pending.push_back(static_cast<std::int32_t>(lead_row.page(j)));
       d = end;
     }
@@ -135,7 +136,8 @@ class PrefixFinder {
   void set_own(std::int32_t s, const std::vector<std::int32_t>& pending, std::int64_t d) {
     const auto su = static_cast<std::size_t>(s);
     std::vector<std::int32_t>& own = own_[su];
-    own = pending;
+    own.reserve(pending.size() + static_cast<std::size_t>(std::max<std::int64_t>(0, num_pages(su) - d)));
+    own.assign(pending.begin(), pending.end());
     const detail::SeqPages row = table_.row(s);
     for (std::int64_t j = d; j < num_pages(su); ++j) own.push_back(static_cast<std::int32_t>(row.page(j)));
     own_last_len_[su] = d < num_pages(su) ? last_len_[su] : static_cast<std::int32_t>(page_size_);
