@@ -2,8 +2,9 @@
 // sequence, then all states (and the sinks) are merged in one pass:
 // - a level with a row shared by several sequences (and no positional variant) runs as a
 //   prefill over its rows with each row's users' queries gathered into it, so the row's KV is
-//   read once per group, split over the KV so the grid fills the GPU;
-// - any other level runs as a decode over its rows.
+//   read once per group, split over the KV so that its CTAs fill its share of the SMs;
+// - any other level runs as a decode over its rows, on a second stream, on the other SMs at the
+//   same time (the SMs are shared in proportion to each kind's estimated SM time).
 // Sequences' key positions across levels (for ALiBi and windows) are summed on the device, so
 // the launches read only device memory (graph-safe when the levels live on the device).
 #pragma once
