@@ -42,17 +42,12 @@ struct PositionsParams {
   std::int64_t num_seqs = 0;
   std::int64_t* key_offset = nullptr;  // [num_levels, num_seqs]: position of the level's first key
   std::int64_t* total = nullptr;       // [num_seqs]: keys over all levels
-  float* lse = nullptr;                // [num_seqs, lse_per_seq], set to -inf (empty states)
-  std::int64_t lse_per_seq = 0;
 };
 
-// Threads [0, num_seqs) of the grid's position blocks: a sequence's key offset at each level
-// and its total length. All their threads: every partial state's LSE set to -inf (empty), since
-// a gathered level writes only its rows' users.
-__device__ void cascade_positions(const PositionsParams& prm, std::int64_t block, std::int64_t blocks) {
+// Thread s of the grid's position blocks: sequence s's key offset at each level and its total
+// length (only positional variants read them).
+__device__ void cascade_positions(const PositionsParams& prm, std::int64_t block) {
   const std::int64_t tid = block * blockDim.x + threadIdx.x;
-  const std::int64_t n_lse = prm.num_seqs * prm.lse_per_seq;
-  for (std::int64_t i = tid; i < n_lse; i += blocks * blockDim.x) prm.lse[i] = detail::kNegInf;
   if (tid >= prm.num_seqs) return;
   const std::int64_t s = tid;
   std::int64_t pos = 0;
@@ -116,7 +111,7 @@ struct SetupParams {
 __global__ void __launch_bounds__(kSetupThreads) cascade_setup_kernel(const __grid_constant__ SetupParams prm) {
   const int b = static_cast<int>(blockIdx.x);
   if (b < prm.num_groups) return group_by_row(prm.groups[b], prm.positions.num_seqs);
-  cascade_positions(prm.positions, b - prm.num_groups, gridDim.x - prm.num_groups);
+  cascade_positions(prm.positions, b - prm.num_groups);
 }
 
 std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -243,10 +238,8 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   }
   pos.key_offset = key_offset;
   pos.total = total;
-  pos.lse = states_lse;
-  pos.lse_per_seq = n_states * Hq;
   for (std::size_t l = 0; l < levels.size(); ++l) {
-    if (!plan.levels[l].shared) continue;
+    if (!plan.levels[l].shared || levels[l].groups != nullptr) continue;
     GroupJob& job = setup.groups[setup.num_groups++];
     job.seq_to_row = levels[l].seq_to_row;
     job.rows = levels[l].table.num_rows;
@@ -254,10 +247,14 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
     job.cursor = job.indptr + job.rows + 1;
     job.order = job.cursor + job.rows;
   }
-  const std::int64_t setup_threads = std::max(S, std::min<std::int64_t>(S * pos.lse_per_seq, std::int64_t{1} << 20));
-  const std::int64_t position_blocks = (setup_threads + kSetupThreads - 1) / kSetupThreads;
-  cascade_setup_kernel<<<static_cast<unsigned>(setup.num_groups + position_blocks), kSetupThreads, 0, stream>>>(setup);
-  check_launch("cascade_setup_kernel", stream);
+  // Key positions matter only to positional variants (which never share a level); a shared
+  // level's users may come grouped from the host.
+  const bool positions = positional(base);
+  const std::int64_t position_blocks = positions ? (S + kSetupThreads - 1) / kSetupThreads : 0;
+  if (setup.num_groups + position_blocks > 0) {
+    cascade_setup_kernel<<<static_cast<unsigned>(setup.num_groups + position_blocks), kSetupThreads, 0, stream>>>(setup);
+    check_launch("cascade_setup_kernel", stream);
+  }
 
   // Levels without sharing (the sequences' own pages: a memory-bound decode) run on a second
   // stream beside the shared levels (a compute-bound prefill), so that one's CTAs fill the SMs
@@ -287,7 +284,7 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
     if (lp.shared) {
       // Rows become the prefill's sequences; their users' queries are gathered by `order`.
       const std::int64_t rows = level.table.num_rows;
-      auto* indptr = reinterpret_cast<std::int32_t*>(ws + lp.groups_offset);
+      const auto* indptr = level.groups ? level.groups : reinterpret_cast<const std::int32_t*>(ws + lp.groups_offset);
       const std::int32_t* order = indptr + 2 * rows + 1;
       p.num_seqs = rows;
       p.qo_indptr = indptr;
@@ -303,8 +300,8 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
       prefill(p, level.max_users, stream, split);
     } else {
       p.seq_to_row = level.seq_to_row;
-      p.key_pos_offset = key_offset + static_cast<std::int64_t>(l) * S;
-      p.query_pos_end = total;
+      p.key_pos_offset = positions ? key_offset + static_cast<std::int64_t>(l) * S : nullptr;
+      p.query_pos_end = positions ? total : nullptr;
       decode(p, lp.decode, lp.decode.workspace_bytes > 0 ? ws + plan.decode_offset : nullptr,
              lp.decode.workspace_bytes, side);
     }
@@ -324,6 +321,14 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   all.v = states;
   all.lse = states_lse;
   all.count = n_states;
+  static_assert(kMaxCascadeLevels <= kMaxGatheredLevels);
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    if (!plan.levels[l].shared || levels[l].seq_to_row == nullptr) continue;  // no map: every sequence a user
+    CascadeStates::Gathered& g = all.gathered[all.num_gathered++];
+    g.map = levels[l].seq_to_row;
+    g.first = static_cast<std::int32_t>(plan.levels[l].state);
+    g.count = static_cast<std::int32_t>(plan.levels[l].splits);
+  }
   CascadeOutput out;
   out.v = base.qo.out;
   out.dtype = base.qo.out_dtype;

@@ -27,6 +27,9 @@ struct CascadeLevelDesc {
   const std::int32_t* seq_to_row = nullptr;   // device [num_seqs]; null: row s for sequence s
   std::vector<std::int64_t> seq_lens;         // [num_seqs]: keys sequence s has at this level
   std::int64_t max_users = 0;                 // most sequences on one row
+  // A shared level's users grouped by row on the host, on the device: indptr [rows + 1], then
+  // [rows] unused, then the users in row order [num_seqs]. Null: the set-up kernel groups them.
+  const std::int32_t* groups = nullptr;
 };
 
 struct CascadeLevelPlan {

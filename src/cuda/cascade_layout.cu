@@ -22,6 +22,30 @@ void describe_level(const detail::PageTableAccess& host_table, const std::int32_
   }
 }
 
+namespace {
+
+// [indptr (rows + 1) | rows unused | users of row 0, of row 1, ... (num_seqs)], users in
+// sequence order; sequences without a row at this level are left out.
+std::vector<std::int32_t> group_users(const CascadeLayout::Level& level, std::int64_t num_seqs) {
+  const auto rows = static_cast<std::int64_t>(level.table.last_page_len.size());
+  std::vector<std::int32_t> g(static_cast<std::size_t>(2 * rows + 1 + num_seqs), 0);
+  std::int32_t* indptr = g.data();
+  std::int32_t* order = g.data() + 2 * rows + 1;
+  for (std::int64_t s = 0; s < num_seqs; ++s) {
+    const std::int32_t r = level.seq_to_row[static_cast<std::size_t>(s)];
+    if (r >= 0) ++indptr[r + 1];
+  }
+  for (std::int64_t r = 0; r < rows; ++r) indptr[r + 1] += indptr[r];
+  std::vector<std::int32_t> cursor(indptr, indptr + rows);
+  for (std::int64_t s = 0; s < num_seqs; ++s) {
+    const std::int32_t r = level.seq_to_row[static_cast<std::size_t>(s)];
+    if (r >= 0) order[cursor[static_cast<std::size_t>(r)]++] = static_cast<std::int32_t>(s);
+  }
+  return g;
+}
+
+}  // namespace
+
 bool stream_is_capturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status), "stream capture status");
@@ -36,18 +60,18 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
   // Every level's indptr, indices, last_page_len and seq_to_row, back to back in one upload;
   // the descriptors hold offsets into it until the workspace is known.
   std::vector<std::int32_t> packed;
-  struct Offsets { std::size_t indptr, indices, last, map; };
+  auto append = [&packed](const std::vector<std::int32_t>& v) {
+    const std::size_t off = packed.size();
+    packed.insert(packed.end(), v.begin(), v.end());
+    return off;
+  };
+  struct Offsets { std::size_t indptr, indices, last, map, groups; };
   std::vector<Offsets> at;
   std::vector<CascadeLevelDesc> descs(layout.levels.size());
   for (std::size_t l = 0; l < layout.levels.size(); ++l) {
     const CascadeLayout::Level& level = layout.levels[l];
     const CsrPageTableData& t = level.table;
     Offsets o{};
-    auto append = [&packed](const std::vector<std::int32_t>& v) {
-      const std::size_t off = packed.size();
-      packed.insert(packed.end(), v.begin(), v.end());
-      return off;
-    };
     o.indptr = append(t.indptr);
     o.indices = append(t.indices);
     o.last = append(t.last_page_len);
@@ -63,6 +87,11 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
     describe_level(d.table, level.seq_to_row.data(), S, d);
   }
   const CascadePlan plan = plan_cascade(base, descs, device);
+  // The shared levels' users grouped by row here, as the set-up kernel would on the device
+  // (cascade.h: CascadeLevelDesc::groups), so that no set-up launch precedes the levels.
+  for (std::size_t l = 0; l < descs.size(); ++l) {
+    at[l].groups = plan.levels[l].shared ? append(group_users(layout.levels[l], S)) : 0;
+  }
   const std::size_t upload_bytes = packed.size() * sizeof(std::int32_t);
   const std::size_t total = plan.workspace_bytes + upload_bytes;
   if (workspace != nullptr && workspace_bytes < total) return false;
@@ -74,6 +103,7 @@ bool decode_as_cascade(const detail::AttentionProblem& base, const CascadeLayout
     descs[l].table.indices = uploaded + at[l].indices;
     descs[l].table.last_page_len = uploaded + at[l].last;
     descs[l].seq_to_row = uploaded + at[l].map;
+    if (plan.levels[l].shared) descs[l].groups = uploaded + at[l].groups;
   }
   cascade_decode(base, descs, plan, scratch.get(), plan.workspace_bytes, stream);
   return true;

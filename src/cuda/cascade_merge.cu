@@ -37,17 +37,28 @@ __global__ void __launch_bounds__(kThreads) fold_cascade_kernel(const __grid_con
   const std::int64_t n = prm.states.count;
   const float* lse = prm.states.lse + s * n * H + h;  // state i at lse[i * H]
   const float* v = prm.states.v + (s * n * H + h) * D;  // state i at v[i * H * D]
+  // Which gathered levels this sequence is not a user of: their states were never written.
+  const CascadeStates& st = prm.states;
+  const unsigned absent = __ballot_sync(0xffffffffu, lane < st.num_gathered && st.gathered[lane & 15].map[s] < 0);
+  auto state_lse = [&](std::int64_t i) {
+    for (int g = 0; g < st.num_gathered; ++g) {
+      if ((absent >> g & 1u) && i >= st.gathered[g].first && i < st.gathered[g].first + st.gathered[g].count) {
+        return detail::kNegInf;
+      }
+    }
+    return lse[i * H];
+  };
   // Lane k takes states k, k + 32, ...: their LSEs load in parallel, the base-2 maximum over
   // them and the sink is a butterfly.
   float m = prm.sinks ? prm.sinks[h] * kLog2e : detail::kNegInf;
-  for (std::int64_t i = lane; i < n; i += 32) m = fmaxf(m, lse[i * H] * kLog2e);
+  for (std::int64_t i = lane; i < n; i += 32) m = fmaxf(m, state_lse(i) * kLog2e);
 #pragma unroll
   for (int step = 16; step > 0; step /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, step));
   float acc[kHalves][4] = {};
   float l = 0.0f;  // this lane's states' weights, summed over the warp below
   if (m != detail::kNegInf) {
     for (std::int64_t c0 = 0; c0 < n; c0 += 32) {
-      const float x = c0 + lane < n ? lse[(c0 + lane) * H] : detail::kNegInf;
+      const float x = c0 + lane < n ? state_lse(c0 + lane) : detail::kNegInf;
       const float w_lane = x == detail::kNegInf ? 0.0f : exp2f(x * kLog2e - m);
       l += w_lane;
       const int in_chunk = static_cast<int>(n - c0 < 32 ? n - c0 : 32);

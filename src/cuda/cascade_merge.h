@@ -9,10 +9,21 @@
 
 namespace pagedattn::cuda {
 
+constexpr int kMaxGatheredLevels = 16;
+
 struct CascadeStates {
   const float* v = nullptr;    // [num_seqs, count, num_heads, head_dim]
   const float* lse = nullptr;  // [num_seqs, count, num_heads], natural log, -inf: empty
   std::int64_t count = 0;
+  // Levels whose states are written only for the sequences that use one of their rows (the
+  // gathered, shared levels): states [first, first + count) are empty, whatever they hold, for
+  // a sequence s with map[s] < 0.
+  struct Gathered {
+    const std::int32_t* map = nullptr;  // device [num_seqs]
+    std::int32_t first = 0, count = 0;
+  };
+  Gathered gathered[kMaxGatheredLevels];
+  int num_gathered = 0;
 };
 
 struct CascadeOutput {
