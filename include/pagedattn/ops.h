@@ -83,8 +83,8 @@ struct DecodeOptions {
   // variant kAuto and partition_size 0, without ALiBi or a sliding window (positions differ per
   // level), and on CUDA only while the stream is not being captured (a graph replay may see
   // other pages shared), when ctx.workspace, if given, is large enough, and with at most 16
-  // levels. On CUDA the layout found is uploaded by an asynchronous copy from pageable host
-  // memory (staged by the driver; it does not wait for the stream's work). Results then depend,
+  // levels. On CUDA the layout found is uploaded by an asynchronous copy through
+  // page-locked staging buffers (it does not wait for the stream's work). Results then depend,
   // within rounding, on which pages the batch shares (another summation order), not on the
   // other sequences' values. false: always plain.
   bool cascade = true;

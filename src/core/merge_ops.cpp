@@ -26,7 +26,7 @@ cpu::StateView check_state(const Context& ctx, const TensorView& v, const Tensor
   detail::check_dim(v, v_name, 0, n, "rows");
   detail::check_dim(v, v_name, 1, heads, "num_heads");
   detail::check_dim(v, v_name, 2, dim, "head_dim");
-  check_arg(v.stride(2) == 1, v_name + " must be contiguous along head_dim");
+  check_arg(v.stride(2) == 1, [&] { return v_name + " must be contiguous along head_dim"; });
   cpu::StateView s{static_cast<std::byte*>(v.data()), v.dtype(), v.stride(0), v.stride(1)};
   if (lse_required || lse.defined()) {
     detail::check_tensor(ctx, lse, lse_name, {DType::kF32}, 2);
