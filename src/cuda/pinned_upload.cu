@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -18,6 +19,7 @@ constexpr std::size_t kMinBufferBytes = std::size_t{64} << 10;
 
 struct StagingBuffer {
   void* host = nullptr;
+  void* device_view = nullptr;  // `host` as the GPU addresses it
   std::size_t capacity = 0;
   cudaEvent_t copied = nullptr;  // recorded after the buffer's last copy
 };
@@ -36,6 +38,27 @@ struct StagingRing {
     }
   }
 };
+
+// The copy from the staging buffer, read by the GPU straight from host memory (page-locked
+// memory is mapped into the device's address space). A DMA copy (cudaMemcpyAsync) of the same
+// ~10 KB cost ~10 us between the previous kernel and the next one, the kernel ~5 (H100, the
+// cascade benchmark's layout: docs/perf-notes.md, CUDA cascade v8).
+__global__ void copy_from_host_kernel(unsigned char* dst, const unsigned char* src, std::size_t bytes) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  std::size_t done = 0;
+  if (((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) & 15) == 0) {
+    const std::size_t n16 = bytes / 16;
+    for (std::size_t i = first; i < n16; i += stride) {
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    }
+    done = n16 * 16;
+  }
+  for (std::size_t i = done + first; i < bytes; i += stride) dst[i] = src[i];
+}
+
+constexpr int kCopyThreads = 256;
+constexpr std::size_t kMaxCopyBlocks = 64;
 
 }  // namespace
 
@@ -57,9 +80,23 @@ void upload_staged(void* dst, const void* src, std::size_t bytes, cudaStream_t s
     const std::size_t capacity = std::max(kMinBufferBytes, bytes + bytes / 2);
     check_cuda(cudaMallocHost(&b.host, capacity), "staging buffer");
     b.capacity = capacity;
+    // Mapped into the device's address space (always, with unified addressing); else the DMA
+    // copy below.
+    if (cudaHostGetDevicePointer(&b.device_view, b.host, 0) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      b.device_view = nullptr;
+    }
   }
   std::memcpy(b.host, src, bytes);
-  check_cuda(cudaMemcpyAsync(dst, b.host, bytes, cudaMemcpyHostToDevice, stream), "staged upload");
+  if (b.device_view == nullptr) {
+    check_cuda(cudaMemcpyAsync(dst, b.host, bytes, cudaMemcpyHostToDevice, stream), "staged upload");
+  } else {
+    const std::size_t units = (bytes + 15) / 16;
+    const auto blocks = static_cast<unsigned>(std::min(kMaxCopyBlocks, (units + kCopyThreads - 1) / kCopyThreads));
+    copy_from_host_kernel<<<blocks, kCopyThreads, 0, stream>>>(static_cast<unsigned char*>(dst),
+                                                               static_cast<const unsigned char*>(b.device_view), bytes);
+    check_launch("copy_from_host_kernel", stream);
+  }
   check_cuda(cudaEventRecord(b.copied, stream), "staged upload");
 }
 
