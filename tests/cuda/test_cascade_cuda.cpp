@@ -114,11 +114,16 @@ TEST_P(CudaCascade, MatchesReference) {
     test::expect_close(test::to_floats(out.snapshot(), c.q), test::to_floats(want, c.q), test::tolerance(c.q), what);
     test::expect_close(got_lse, want_lse, 1e-3, what);
   };
+  // Scratch given to the ops and poisoned with NaN before every call: a partial state must be
+  // read only where it was written (a gathered level writes its rows' users' states alone).
+  DeviceBuffer scratch(std::size_t{64} << 20);
   auto poison = [&] {  // NaN: every element must be written
     test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
     test::cuda_ok(cudaMemset(lse.get(), 0xff, lse.bytes()), "poison");
+    test::cuda_ok(cudaMemset(scratch.get(), 0xff, scratch.bytes()), "poison");
   };
-  const Context ctx{gpu};
+  Context ctx{gpu};
+  ctx.workspace = {static_cast<std::byte*>(scratch.get()), scratch.bytes()};
 
   poison();
   cascade_decode(ctx, d.q.view, d.cache, dev_levels.levels, d.params, out_view, lse_view,
