@@ -63,9 +63,12 @@ TEST_P(CudaDecode, MatchesReference) {
          TensorView(want_lse.data(), DType::kF32, {S, c.num_q_heads}));
 
   DeviceProblem d = to_device(h, host_params);
-  DeviceBuffer out(out_bytes), lse(want_lse.size() * sizeof(float));
-  test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");  // NaN: every element must be written
+  // NaN: every element of the results must be written, and no split's partial state read
+  // unless written (the scratch is the op's, poisoned too).
+  DeviceBuffer out(out_bytes), lse(want_lse.size() * sizeof(float)), scratch(std::size_t{64} << 20);
+  for (const DeviceBuffer* b : {&out, &lse, &scratch}) test::cuda_ok(cudaMemset(b->get(), 0xff, b->bytes()), "poison");
   Context ctx{Device::cuda(0)};
+  ctx.workspace = {static_cast<std::byte*>(scratch.get()), scratch.bytes()};
   DecodeOptions options{c.variant, c.partition, &host_table};
   decode(ctx, d.q.view, d.cache, d.table, d.params,
          TensorView(out.get(), c.q, {S, c.num_q_heads, c.head_dim}, Device::cuda(0)),
