@@ -20,7 +20,8 @@ constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outwe
 
 // Which kernel runs a problem; the planner and the launch both use this one choice.
 struct KernelChoice {
-  bool mma = false;        // tensor-core GQA kernel
+  bool mma_able = false;   // the tensor-core kernel could run it (dtypes, rows, head_dim)
+  bool mma = false;        // ... and takes it on every GPU: group sizes >= 4
   bool vec = false;        // K and V rows load as aligned 8-element vectors
   int lanes = 16;          // CUDA-core kernel: lanes per row (head_dim up to 8 * lanes)
   int g_tile = 1;          // query heads per CTA
@@ -37,7 +38,8 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
   // cache copied in 16-element (16-byte) chunks and widened exactly.
   const bool mma_kv = kv == q || (is_fp8(kv) && rows_vectorisable(p.kv.k, kv, 16) &&
                                   rows_vectorisable(p.kv.v, kv, 16));
-  c.mma = c.vec && q16 && mma_kv && group >= 4 && (p.head_dim == 64 || p.head_dim == 128);
+  c.mma_able = c.vec && q16 && mma_kv && (p.head_dim == 64 || p.head_dim == 128);
+  c.mma = c.mma_able && group >= 4;
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
   c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
   c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
@@ -227,7 +229,16 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  if (use_tma_tiles(p, plan, choice, prm)) {
+  // Smaller groups (MHA) take the tensor-core kernel too where its Hopper TMA variant applies:
+  // the 16-row tiles waste tensor-core work, but the TMA stream is faster than the CUDA-core
+  // kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape, docs/perf-notes.md v19).
+  bool tma = false;
+  if (choice.mma_able) {
+    KernelChoice with_mma = choice;
+    with_mma.mma = true;
+    tma = use_tma_tiles(p, plan, with_mma, prm);
+  }
+  if (tma) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const bool pairs = use_pair_steps(grid);
