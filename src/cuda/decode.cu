@@ -69,16 +69,21 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
 #endif
 }
 
-// Two tiles per softmax step for the TMA kernel where its grid is one wave even at three CTAs
-// per SM (its four stages' share of shared memory): so few warps per SM leave each bound by its
-// step's dependent chain, not by memory. PAGEDATTN_DECODE_PAIRS=0 / 1 forces one / two.
+// Two tiles per softmax step for the TMA kernel (its four stages' shared memory fits three
+// CTAs per SM, one-tile steps four): a step's dependent chain then serves 32 keys. That pays
+// wherever the grid's waves are not cut worse by the fourth CTA per SM's absence: always except
+// when the grid is one wave at four CTAs per SM but more than one at three (H100: 512-CTA grids
+// 8-9% slower with pairs; one-wave grids at three per SM 1-3% faster, many-wave and ragged grids
+// 1-4% faster: docs/perf-notes.md, CUDA decode v16 and v20). PAGEDATTN_DECODE_PAIRS=0 / 1
+// forces one / two.
 bool use_pair_steps(dim3 grid) {
   const std::string_view forced = detail::env_value("PAGEDATTN_DECODE_PAIRS");
   if (forced == "0" || forced == "1") return forced == "1";
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
   const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
-  return ctas <= 3 * static_cast<std::int64_t>(sm_count(device));
+  const auto sms = static_cast<std::int64_t>(sm_count(device));
+  return ctas <= 3 * sms || ctas > 4 * sms;
 }
 
 // Programmatic dependent launch needs sm_90.
