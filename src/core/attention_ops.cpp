@@ -28,8 +28,8 @@ detail::AttentionProblem resolve_common(const Context& ctx, const TensorView& q,
                                         const TensorView& lse, std::int64_t num_tokens) {
   detail::AttentionProblem p;
   p.kv = detail::resolve_cache(ctx, cache);
-  check_arg(q.rank() == 3, [&] { return "q has rank " + std::to_string(q.rank()) +
-                               ", expected 3 [tokens, num_q_heads, head_dim]"; });
+  check_arg(q.rank() == 3,
+            [&] { return "q has rank " + std::to_string(q.rank()) + ", expected 3 [tokens, num_q_heads, head_dim]"; });
   p.num_q_heads = q.size(1);
   p.num_kv_heads = p.kv.num_kv_heads;
   p.head_dim = p.kv.head_dim;
@@ -65,22 +65,26 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   detail::require_backend(ctx, "decode");
   check_arg(q.rank() >= 1, "q has rank 0, expected 3 [num_seqs, num_q_heads, head_dim]");
   const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
-  check_arg(!on_gpu || options.host_table != nullptr, [&] { return "options.host_table is required on CUDA: a host copy of the page table, used to "
-            "validate it and plan the launch without reading GPU memory"; });
+  check_arg(!on_gpu || options.host_table != nullptr, [&] {
+    return "options.host_table is required on CUDA: a host copy of the page table, used to "
+           "validate it and plan the launch without reading GPU memory";
+  });
   // The table whose values are checked and searched: the host copy on CUDA.
   const PageTable& checked_table = on_gpu ? *options.host_table : table;
   detail::AttentionProblem p = resolve_common(ctx, q, cache, checked_table, params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
-  check_arg(q.size(0) == p.num_seqs, [&] { return "q has " + std::to_string(q.size(0)) +
-                                         " sequences but the page table has " +
-                                         std::to_string(p.num_seqs); });
+  check_arg(q.size(0) == p.num_seqs, [&] {
+    return "q has " + std::to_string(q.size(0)) + " sequences but the page table has " + std::to_string(p.num_seqs);
+  });
   p.variant.causal = false;  // the single query is the last position: nothing lies after it
-  check_arg(options.partition_size >= 0 && options.partition_size % p.kv.page_size == 0, [&] { return "options.partition_size " + std::to_string(options.partition_size) +
-                " must be 0 (planner) or a positive multiple of page_size " +
-                std::to_string(p.kv.page_size); });
-  check_arg(options.cascade_min_saved_tokens >= 0, [&] { return "options.cascade_min_saved_tokens is " +
-                                                       std::to_string(options.cascade_min_saved_tokens) +
-                                                       ", expected >= 0"; });
+  check_arg(options.partition_size >= 0 && options.partition_size % p.kv.page_size == 0, [&] {
+    return "options.partition_size " + std::to_string(options.partition_size) +
+           " must be 0 (planner) or a positive multiple of page_size " + std::to_string(p.kv.page_size);
+  });
+  check_arg(options.cascade_min_saved_tokens >= 0, [&] {
+    return "options.cascade_min_saved_tokens is " + std::to_string(options.cascade_min_saved_tokens) +
+           ", expected >= 0";
+  });
   // The device table is checked against its host copy before either path runs.
   [[maybe_unused]] const detail::PageTableAccess host_access = p.table;
   [[maybe_unused]] const detail::PageTableAccess device_access =
@@ -125,9 +129,11 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
   detail::require_backend(ctx, "prefill");
   check_arg(q.rank() >= 1, "q has rank 0, expected 3 [total_q, num_q_heads, head_dim]");
   const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
-  check_arg(!on_gpu || (options.host_table != nullptr && options.host_qo_indptr.defined()), [&] { return "options.host_table and options.host_qo_indptr are required on CUDA: host copies of the "
-            "page table and of qo_indptr, used to validate them and size the launch without reading "
-            "GPU memory"; });
+  check_arg(!on_gpu || (options.host_table != nullptr && options.host_qo_indptr.defined()), [&] {
+    return "options.host_table and options.host_qo_indptr are required on CUDA: host copies of the "
+           "page table and of qo_indptr, used to validate them and size the launch without reading "
+           "GPU memory";
+  });
   detail::AttentionProblem p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table,
                                               params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
@@ -152,10 +158,10 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
     });
     max_q = std::max(max_q, n_q);
   }
-  check_arg(indptr[p.num_seqs] == q.size(0), [&] { return indptr_name + "[num_seqs] is " +
-                                                 std::to_string(indptr[p.num_seqs]) +
-                                                 " but q has " + std::to_string(q.size(0)) +
-                                                 " tokens"; });
+  check_arg(indptr[p.num_seqs] == q.size(0), [&] {
+    return indptr_name + "[num_seqs] is " + std::to_string(indptr[p.num_seqs]) + " but q has " +
+           std::to_string(q.size(0)) + " tokens";
+  });
   if (on_gpu) {
 #if PAGEDATTN_WITH_CUDA
     detail::check_tensor(ctx, qo_indptr, "qo_indptr", {DType::kI32}, 1);

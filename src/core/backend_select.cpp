@@ -16,14 +16,19 @@ constexpr std::array<std::string_view, 7> kCudaOps = {"decode",     "prefill",  
 }  // namespace
 
 void require_backend(const Context& ctx, std::string_view op) {
-  check_arg(ctx.num_threads >= 0, [&] { return "ctx.num_threads is " + std::to_string(ctx.num_threads) +
-                                      ", expected >= 0 (0 = all hardware threads)"; });
+  check_arg(ctx.num_threads >= 0, [&] {
+    return "ctx.num_threads is " + std::to_string(ctx.num_threads) + ", expected >= 0 (0 = all hardware threads)";
+  });
   if (ctx.device.type == DeviceType::kCPU) return;
-  check_supported(kCudaBuilt, [&] { return std::string(op) +
-                                  ": device cuda requested but pagedattn was built without CUDA "
-                                  "(configure with -DPAGEDATTN_CUDA=ON on a machine with nvcc)"; });
-  check_supported(ctx.implementation == Implementation::kFast, [&] { return std::string(op) + ": the reference implementation runs on the CPU only"; });
-  check_supported(std::ranges::find(kCudaOps, op) != kCudaOps.end(), [&] { return std::string(op) + " is not yet available on the CUDA backend"; });
+  check_supported(kCudaBuilt, [&] {
+    return std::string(op) +
+           ": device cuda requested but pagedattn was built without CUDA "
+           "(configure with -DPAGEDATTN_CUDA=ON on a machine with nvcc)";
+  });
+  check_supported(ctx.implementation == Implementation::kFast,
+                  [&] { return std::string(op) + ": the reference implementation runs on the CPU only"; });
+  check_supported(std::ranges::find(kCudaOps, op) != kCudaOps.end(),
+                  [&] { return std::string(op) + " is not yet available on the CUDA backend"; });
 }
 
 }  // namespace pagedattn::detail

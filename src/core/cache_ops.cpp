@@ -42,11 +42,14 @@ const TensorView& host_indices(const Context& ctx, const TensorView& t, const st
   detail::check_tensor(ctx, t, name, kIndexTypes, rank);
   if (ctx.device.type == DeviceType::kCPU) return t;
   const std::string opt = "options." + option;
-  check_arg(host_copy != nullptr, [&] { return opt + " is required on CUDA: a host copy of " + name +
-                                      ", used to validate it without reading GPU memory"; });
+  check_arg(host_copy != nullptr, [&] {
+    return opt + " is required on CUDA: a host copy of " + name + ", used to validate it without reading GPU memory";
+  });
   detail::check_tensor(Context::cpu(), *host_copy, opt, kIndexTypes, rank);
-  check_arg(host_copy->dtype() == t.dtype(), [&] { return opt + " has dtype " + std::string(to_string(host_copy->dtype())) + " but " + name +
-                " has " + std::string(to_string(t.dtype())); });
+  check_arg(host_copy->dtype() == t.dtype(), [&] {
+    return opt + " has dtype " + std::string(to_string(host_copy->dtype())) + " but " + name + " has " +
+           std::string(to_string(t.dtype()));
+  });
   for (int d = 0; d < rank; ++d) detail::check_dim(*host_copy, opt, d, t.size(d), "as in " + name);
   return *host_copy;
 }
@@ -128,8 +131,9 @@ void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& blo
     mapping[static_cast<std::size_t>(i)] = {src, dst};
   }
   for (std::int64_t d : destinations) {
-    check_arg(!sources.contains(d), [&] { return "block_mapping uses page " + std::to_string(d) +
-                                        " both as a source and as a destination"; });
+    check_arg(!sources.contains(d), [&] {
+      return "block_mapping uses page " + std::to_string(d) + " both as a source and as a destination";
+    });
   }
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA

@@ -116,7 +116,8 @@ void run_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<cons
     d.table = detail::resolve_device_table(ctx, levels[l].table, host_levels[l].table, plans[l].table,
                                            name + ".table");
     const TensorView& map = levels[l].seq_to_row;
-    check_arg(map.defined() == host_levels[l].seq_to_row.defined(), [&] { return name + ".seq_to_row and its host copy must be both given or both absent"; });
+    check_arg(map.defined() == host_levels[l].seq_to_row.defined(),
+              [&] { return name + ".seq_to_row and its host copy must be both given or both absent"; });
     if (map.defined()) {
       detail::check_tensor(ctx, map, name + ".seq_to_row", {DType::kI32}, 1);
       detail::check_dim(map, name + ".seq_to_row", 0, S, "num_seqs");
@@ -138,14 +139,17 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
   detail::require_backend(ctx, "cascade_decode");
   check_arg(!levels.empty(), "levels is empty: cascade_decode needs at least one level");
   const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
-  check_arg(!on_gpu || options.host_levels.size() == levels.size(), [&] { return "options.host_levels is required on CUDA: host copies of the " + std::to_string(levels.size()) +
-                " levels (got " + std::to_string(options.host_levels.size()) +
-                "), used to validate them and plan the launches without reading GPU memory"; });
+  check_arg(!on_gpu || options.host_levels.size() == levels.size(), [&] {
+    return "options.host_levels is required on CUDA: host copies of the " + std::to_string(levels.size()) +
+           " levels (got " + std::to_string(options.host_levels.size()) +
+           "), used to validate them and plan the launches without reading GPU memory";
+  });
   // The levels whose values are checked: the host copies on CUDA.
   const std::span<const CascadeLevel> checked = on_gpu ? options.host_levels : levels;
   const Context host = Context::cpu();
-  check_arg(q.rank() == 3, [&] { return "q has rank " + std::to_string(q.rank()) +
-                               ", expected 3 [num_seqs, num_q_heads, head_dim]"; });
+  check_arg(q.rank() == 3, [&] {
+    return "q has rank " + std::to_string(q.rank()) + ", expected 3 [num_seqs, num_q_heads, head_dim]";
+  });
   AttentionProblem base;
   base.kv = detail::resolve_cache(ctx, cache);
   base.num_seqs = q.size(0);
@@ -169,9 +173,10 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
       detail::check_tensor(on_gpu ? host : ctx, map, name + ".seq_to_row", {DType::kI32}, 1);
       detail::check_dim(map, name + ".seq_to_row", 0, S, "num_seqs");
     } else {
-      check_arg(plan.table.num_rows == S, [&] { return name + ".table has " + std::to_string(plan.table.num_rows) +
-                                              " rows but there are " + std::to_string(S) +
-                                              " sequences and no seq_to_row"; });
+      check_arg(plan.table.num_rows == S, [&] {
+        return name + ".table has " + std::to_string(plan.table.num_rows) + " rows but there are " + std::to_string(S) +
+               " sequences and no seq_to_row";
+      });
     }
     for (std::int64_t s = 0; s < S; ++s) {
       const std::int64_t r = map.defined() ? map.data_as<const std::int32_t>()[s * map.stride(0)] : s;

@@ -10,9 +10,12 @@ namespace pagedattn {
 
 namespace {
 void check_host_i32(const TensorView& t, const char* name, int rank) {
-  check_arg(t.defined() && t.device() == Device::cpu() && t.dtype() == DType::kI32 &&
-                t.rank() == rank && (t.numel() == 0 || t.data() != nullptr), [&] { return std::string(name) + " must be a host i32 tensor of rank " + std::to_string(rank) +
-                (t.defined() ? ", got " + t.describe() : ", got none"); });
+  check_arg(t.defined() && t.device() == Device::cpu() && t.dtype() == DType::kI32 && t.rank() == rank &&
+                (t.numel() == 0 || t.data() != nullptr),
+            [&] {
+              return std::string(name) + " must be a host i32 tensor of rank " + std::to_string(rank) +
+                     (t.defined() ? ", got " + t.describe() : ", got none");
+            });
 }
 }  // namespace
 
@@ -41,8 +44,10 @@ CsrPageTableData to_csr(const BlockTable& table, std::int64_t page_size) {
   check_host_i32(table.block_table, "block_table", 2);
   check_host_i32(table.seq_lens, "seq_lens", 1);
   const std::int64_t n = table.block_table.size(0), max_pages = table.block_table.size(1);
-  check_arg(table.seq_lens.size(0) == n, [&] { return "seq_lens has " + std::to_string(table.seq_lens.size(0)) +
-                                             " entries, expected num_seqs = " + std::to_string(n); });
+  check_arg(table.seq_lens.size(0) == n, [&] {
+    return "seq_lens has " + std::to_string(table.seq_lens.size(0)) +
+           " entries, expected num_seqs = " + std::to_string(n);
+  });
   CsrPageTableData out;
   out.indptr.reserve(static_cast<std::size_t>(n + 1));
   out.indptr.push_back(0);
@@ -93,9 +98,10 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
   check_host_i32(table.last_page_len, "last_page_len", 1);
   check_arg(table.indptr.size(0) >= 1, "indptr must have num_seqs + 1 >= 1 entries");
   const std::int64_t n = table.indptr.size(0) - 1;
-  check_arg(table.last_page_len.size(0) == n, [&] { return "last_page_len has " +
-                                                  std::to_string(table.last_page_len.size(0)) +
-                                                  " entries, expected num_seqs = " + std::to_string(n); });
+  check_arg(table.last_page_len.size(0) == n, [&] {
+    return "last_page_len has " + std::to_string(table.last_page_len.size(0)) +
+           " entries, expected num_seqs = " + std::to_string(n);
+  });
   auto at = [](const TensorView& t, std::int64_t i) {
     return static_cast<std::int64_t>(*static_cast<const std::int32_t*>(t.element_ptr({i})));
   };
@@ -119,9 +125,10 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
     }
     if (count > 0) {
       const std::int64_t last = at(table.last_page_len, s);
-      check_arg(last >= 1 && last <= page_size, [&] { return "last_page_len[" + std::to_string(s) + "] is " +
-                                                    std::to_string(last) + ", expected [1, " +
-                                                    std::to_string(page_size) + "]"; });
+      check_arg(last >= 1 && last <= page_size, [&] {
+        return "last_page_len[" + std::to_string(s) + "] is " + std::to_string(last) + ", expected [1, " +
+               std::to_string(page_size) + "]";
+      });
       out.seq_lens[static_cast<std::size_t>(s)] = static_cast<std::int32_t>((count - 1) * page_size + last);
     }
   }

@@ -36,8 +36,9 @@ DType parse_dtype(std::string_view name) {
 TensorView::TensorView(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                        Device device)
     : data_(data), dtype_(dtype), device_(device), rank_(static_cast<int>(shape.size())) {
-  check_arg(rank_ <= kMaxRank, [&] { return "tensor rank " + std::to_string(rank_) + " exceeds the maximum " +
-                                   std::to_string(kMaxRank); });
+  check_arg(rank_ <= kMaxRank, [&] {
+    return "tensor rank " + std::to_string(rank_) + " exceeds the maximum " + std::to_string(kMaxRank);
+  });
   std::copy(shape.begin(), shape.end(), shape_.begin());
   std::int64_t stride = 1;
   for (int d = rank_ - 1; d >= 0; --d) {
@@ -49,8 +50,10 @@ TensorView::TensorView(void* data, DType dtype, std::initializer_list<std::int64
 TensorView::TensorView(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                        std::initializer_list<std::int64_t> strides, Device device)
     : TensorView(data, dtype, shape, device) {
-  check_arg(strides.size() == shape.size(), [&] { return "tensor has " + std::to_string(shape.size()) + " dimensions but " +
-                std::to_string(strides.size()) + " strides"; });
+  check_arg(strides.size() == shape.size(), [&] {
+    return "tensor has " + std::to_string(shape.size()) + " dimensions but " + std::to_string(strides.size()) +
+           " strides";
+  });
   std::copy(strides.begin(), strides.end(), strides_.begin());
 }
 
@@ -79,9 +82,11 @@ void* TensorView::element_ptr(std::initializer_list<std::int64_t> index) const {
 
 TensorView TensorView::slice(int dim, std::int64_t start, std::int64_t length) const {
   const int d = norm(dim);
-  check_arg(d >= 0 && d < rank_ && start >= 0 && length >= 0 &&
-                start + length <= shape_[static_cast<std::size_t>(d)], [&] { return "slice [" + std::to_string(start) + ", " + std::to_string(start + length) +
-                ") of dimension " + std::to_string(dim) + " is out of range for " + describe(); });
+  check_arg(d >= 0 && d < rank_ && start >= 0 && length >= 0 && start + length <= shape_[static_cast<std::size_t>(d)],
+            [&] {
+              return "slice [" + std::to_string(start) + ", " + std::to_string(start + length) + ") of dimension " +
+                     std::to_string(dim) + " is out of range for " + describe();
+            });
   TensorView out = *this;
   out.data_ = static_cast<char*>(data_) + start * strides_[static_cast<std::size_t>(d)] *
                                                static_cast<std::int64_t>(dtype_size(dtype_));

@@ -24,37 +24,44 @@ void check_tensor(const Context& ctx, const TensorView& t, std::string_view name
                   std::initializer_list<DType> allowed, int rank) {
   const std::string n(name);
   check_arg(t.defined(), [&] { return n + " is required but was not given"; });
-  check_arg(t.device() == ctx.device, [&] { return n + " is on " + to_string(t.device()) +
-                                          " but the op runs on " + to_string(ctx.device); });
-  check_arg(std::find(allowed.begin(), allowed.end(), t.dtype()) != allowed.end(), [&] { return n + " has dtype " + std::string(to_string(t.dtype())) + ", expected " +
-                dtype_list(allowed); });
-  check_arg(t.rank() == rank, [&] { return n + " has rank " + str(t.rank()) + ", expected " + str(rank) +
-                                  " (got " + t.describe() + ")"; });
+  check_arg(t.device() == ctx.device,
+            [&] { return n + " is on " + to_string(t.device()) + " but the op runs on " + to_string(ctx.device); });
+  check_arg(std::find(allowed.begin(), allowed.end(), t.dtype()) != allowed.end(), [&] {
+    return n + " has dtype " + std::string(to_string(t.dtype())) + ", expected " + dtype_list(allowed);
+  });
+  check_arg(t.rank() == rank, [&] {
+    return n + " has rank " + str(t.rank()) + ", expected " + str(rank) + " (got " + t.describe() + ")";
+  });
   for (int d = 0; d < rank; ++d) {
     check_arg(t.size(d) >= 0, [&] { return n + " has a negative size in dimension " + str(d); });
   }
   if (t.numel() > 0) {
     check_arg(t.data() != nullptr, [&] { return n + " has " + str(t.numel()) + " elements but a null pointer"; });
-    check_arg(reinterpret_cast<std::uintptr_t>(t.data()) % dtype_size(t.dtype()) == 0, [&] { return n + " is not aligned to its element size"; });
+    check_arg(reinterpret_cast<std::uintptr_t>(t.data()) % dtype_size(t.dtype()) == 0,
+              [&] { return n + " is not aligned to its element size"; });
   }
 }
 
 void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t expected,
                std::string_view what) {
-  check_arg(t.size(dim) == expected, [&] { return std::string(name) + " dimension " + str(dim) + " (" +
-                                         std::string(what) + ") is " + str(t.size(dim)) +
-                                         ", expected " + str(expected) + " (got " +
-                                         t.describe() + ")"; });
+  check_arg(t.size(dim) == expected, [&] {
+    return std::string(name) + " dimension " + str(dim) + " (" + std::string(what) + ") is " + str(t.size(dim)) +
+           ", expected " + str(expected) + " (got " + t.describe() + ")";
+  });
 }
 
 void check_head_dim(std::int64_t head_dim, std::string_view name) {
-  check_supported(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxHeadDim, [&] { return std::string(name) + ": head_dim " + str(head_dim) +
-                      " is not supported (expected a multiple of 8 in [8, 256])"; });
+  check_supported(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxHeadDim, [&] {
+    return std::string(name) + ": head_dim " + str(head_dim) +
+           " is not supported (expected a multiple of 8 in [8, 256])";
+  });
 }
 
 void check_heads(std::int64_t num_q_heads, std::int64_t num_kv_heads, std::string_view name) {
-  check_arg(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0, [&] { return std::string(name) + ": num_q_heads " + str(num_q_heads) +
-                " is not a positive multiple of num_kv_heads " + str(num_kv_heads); });
+  check_arg(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0, [&] {
+    return std::string(name) + ": num_q_heads " + str(num_q_heads) + " is not a positive multiple of num_kv_heads " +
+           str(num_kv_heads);
+  });
 }
 
 // ---- cache -----------------------------------------------------------------------------------
@@ -80,8 +87,10 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
   const bool split = cache.layout == KVLayout::kVllmSplit;
   check_tensor(ctx, cache.k, "cache.k", kKVTypes, split ? 5 : 4);
   check_tensor(ctx, cache.v, "cache.v", kKVTypes, 4);
-  check_arg(cache.k.dtype() == cache.v.dtype(), [&] { return "cache.k has dtype " + std::string(to_string(cache.k.dtype())) + " but cache.v has " +
-                std::string(to_string(cache.v.dtype())); });
+  check_arg(cache.k.dtype() == cache.v.dtype(), [&] {
+    return "cache.k has dtype " + std::string(to_string(cache.k.dtype())) + " but cache.v has " +
+           std::string(to_string(cache.v.dtype()));
+  });
   KVCacheAccess kv;
   kv.dtype = cache.k.dtype();
   const TensorView& k = cache.k;
@@ -100,9 +109,10 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
       break;
     case KVLayout::kVllmSplit: {
       const std::int64_t x = vllm_split_x(kv.dtype);
-      check_arg(k.size(4) == x, [&] { return "cache.k (vllm layout) last dimension is " + str(k.size(4)) +
-                                    ", expected x = 16 bytes = " + str(x) + " elements of " +
-                                    std::string(to_string(kv.dtype)); });
+      check_arg(k.size(4) == x, [&] {
+        return "cache.k (vllm layout) last dimension is " + str(k.size(4)) + ", expected x = 16 bytes = " + str(x) +
+               " elements of " + std::string(to_string(kv.dtype));
+      });
       kv.num_pages = k.size(0), kv.num_kv_heads = k.size(1), kv.page_size = k.size(3),
       kv.head_dim = k.size(2) * x;
       kv.k = access_of(k, 0, 1, 3, 4, kv.head_dim);
@@ -126,8 +136,10 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
       cache.layout == KVLayout::kVllmSplit ? kv.page_size : kv.head_dim};
   for (int d = 0; d < 4; ++d) check_dim(v, "cache.v", d, expect_v[d], "to match cache.k");
   if (is_fp8(kv.dtype)) {
-    check_arg(std::isfinite(cache.k_scale) && cache.k_scale > 0, [&] { return "cache.k_scale must be finite and > 0, got " + std::to_string(cache.k_scale); });
-    check_arg(std::isfinite(cache.v_scale) && cache.v_scale > 0, [&] { return "cache.v_scale must be finite and > 0, got " + std::to_string(cache.v_scale); });
+    check_arg(std::isfinite(cache.k_scale) && cache.k_scale > 0,
+              [&] { return "cache.k_scale must be finite and > 0, got " + std::to_string(cache.k_scale); });
+    check_arg(std::isfinite(cache.v_scale) && cache.v_scale > 0,
+              [&] { return "cache.v_scale must be finite and > 0, got " + std::to_string(cache.v_scale); });
     kv.k_scale = cache.k_scale;
     kv.v_scale = cache.v_scale;
     for (auto [t, name, dst] : {std::tuple{&cache.k_head_scales, "cache.k_head_scales", &kv.k_head_scales},
@@ -242,7 +254,8 @@ PageTableAccess resolve_device_table(const Context& ctx, const PageTable& table,
                                      const PageTable& host_table, const PageTableAccess& host_access,
                                      std::string_view name) {
   const std::string n(name);
-  check_arg(table.index() == host_table.index(), [&] { return n + " and its host copy use different page-table formats"; });
+  check_arg(table.index() == host_table.index(),
+            [&] { return n + " and its host copy use different page-table formats"; });
   auto same_shape = [&](const TensorView& dev, const TensorView& host, const std::string& what) {
     check_tensor(ctx, dev, what, {DType::kI32}, host.rank());
     for (int d = 0; d < host.rank(); ++d) check_dim(dev, what, d, host.size(d), "as in the host copy");
@@ -288,9 +301,10 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
     check_dim(q, "q", d, expect[d], what[d]);
     check_dim(out, "out", d, expect[d], what[d]);
   }
-  check_arg(q.stride(2) == 1 || head_dim == 1, [&] { return "q must be contiguous along head_dim (stride " +
-                                                   str(q.stride(2)) + ")"; });
-  check_arg(out.stride(2) == 1 || head_dim == 1, [&] { return "out must be contiguous along head_dim (stride " + str(out.stride(2)) + ")"; });
+  check_arg(q.stride(2) == 1 || head_dim == 1,
+            [&] { return "q must be contiguous along head_dim (stride " + str(q.stride(2)) + ")"; });
+  check_arg(out.stride(2) == 1 || head_dim == 1,
+            [&] { return "out must be contiguous along head_dim (stride " + str(out.stride(2)) + ")"; });
   QOAccess a;
   a.q = static_cast<const std::byte*>(q.data());
   a.q_dtype = q.dtype();
@@ -314,14 +328,17 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
 AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,
                                  std::int64_t num_q_heads, std::int64_t head_dim) {
   AttentionVariant v;
-  check_arg(std::isfinite(params.scale) && params.scale >= 0, [&] { return "params.scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got " +
-                std::to_string(params.scale); });
+  check_arg(std::isfinite(params.scale) && params.scale >= 0, [&] {
+    return "params.scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got " + std::to_string(params.scale);
+  });
   v.scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   v.causal = params.causal;
-  check_arg(params.window_left >= -1, [&] { return "params.window_left must be >= 0, or -1 for none; got " + str(params.window_left); });
+  check_arg(params.window_left >= -1,
+            [&] { return "params.window_left must be >= 0, or -1 for none; got " + str(params.window_left); });
   v.window_left = params.window_left;
-  check_arg(std::isfinite(params.logits_soft_cap) && params.logits_soft_cap >= 0, [&] { return "params.logits_soft_cap must be finite and >= 0, got " +
-                std::to_string(params.logits_soft_cap); });
+  check_arg(std::isfinite(params.logits_soft_cap) && params.logits_soft_cap >= 0, [&] {
+    return "params.logits_soft_cap must be finite and >= 0, got " + std::to_string(params.logits_soft_cap);
+  });
   v.soft_cap = params.logits_soft_cap;
   for (auto [t, name, dst] : {std::tuple{&params.alibi_slopes, "params.alibi_slopes", &v.alibi_slopes},
                               std::tuple{&params.sinks, "params.sinks", &v.sinks}}) {

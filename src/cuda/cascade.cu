@@ -252,7 +252,8 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   const bool positions = positional(base);
   const std::int64_t position_blocks = positions ? (S + kSetupThreads - 1) / kSetupThreads : 0;
   if (setup.num_groups + position_blocks > 0) {
-    cascade_setup_kernel<<<static_cast<unsigned>(setup.num_groups + position_blocks), kSetupThreads, 0, stream>>>(setup);
+    const auto blocks = static_cast<unsigned>(setup.num_groups + position_blocks);
+    cascade_setup_kernel<<<blocks, kSetupThreads, 0, stream>>>(setup);
     check_launch("cascade_setup_kernel", stream);
   }
 

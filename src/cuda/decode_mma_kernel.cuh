@@ -9,8 +9,8 @@
 // the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
 // Used for head_dim 64 or 128, group size >= 4 (smaller groups too in the Hopper TMA variant,
 // whose stream beats the CUDA-core kernel's even with 15 of 16 rows idle), and a 16-bit q with
-// a cache of q's dtype or of fp8. With fp8, q is scaled into f16's range by a power of two and the K/V scales fold into the
-// logit scale and the final output; K's B fragments come straight from the fp8 rows (8 bytes per
+// a cache of q's dtype or of fp8. With fp8, q is scaled into f16's range by a power of two and
+// the K/V scales fold into the logit scale and the final output; K's B fragments come straight from the fp8 rows (8 bytes per
 // lane and pair of k-steps, widened in registers: the k-steps' dims are a permutation of the
 // head dims, and q's A fragments take the same one), while each lane widens the V chunks it
 // copied to f16 (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile that

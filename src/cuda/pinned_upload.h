@@ -12,8 +12,9 @@ namespace pagedattn::cuda {
 // returns at once (a copy from pageable memory may wait for the stream's earlier work, which
 // would keep the host from preparing the next call while the GPU runs this one), and a small
 // kernel on `stream` reads it from there over the bus (a DMA copy where the buffer is not
-// mapped). A buffer is reused only after its previous copy has completed. Not for a stream being captured (the
-// graph would read the buffer when replayed, after later calls have refilled it).
+// mapped). A buffer is reused only after its previous copy has completed. Not for a stream
+// being captured (the graph would read the buffer when replayed, after later calls have
+// refilled it).
 void upload_staged(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 
 }  // namespace pagedattn::cuda
