@@ -48,12 +48,14 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
 
 // The tensor-core kernel's Hopper variant: K/V tiles as TMA boxes of 16 slots, so pages must
 // hold whole tiles, and the cache must be q's 16-bit dtype in rows the driver can describe.
-// Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
+// Any group size: below 4 (MHA) the 16-row tiles waste tensor-core work, but the TMA stream is
+// still faster than the CUDA-core kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape,
+// docs/perf-notes.md v19). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
 bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice,
                    DecodeKernelParams& prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
-  if (!choice.mma || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
+  if (!choice.mma_able || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
   if (!is_sm90(device)) return false;
@@ -234,16 +236,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  // Smaller groups (MHA) take the tensor-core kernel too where its Hopper TMA variant applies:
-  // the 16-row tiles waste tensor-core work, but the TMA stream is faster than the CUDA-core
-  // kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape, docs/perf-notes.md v19).
-  bool tma = false;
-  if (choice.mma_able) {
-    KernelChoice with_mma = choice;
-    with_mma.mma = true;
-    tma = use_tma_tiles(p, plan, with_mma, prm);
-  }
-  if (tma) {
+  if (use_tma_tiles(p, plan, choice, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const bool pairs = use_pair_steps(grid);
