@@ -66,6 +66,7 @@ struct PageTableAccess {
   // block table
   const std::int32_t* block_table = nullptr;
   std::int64_t bt_row_stride = 0, bt_col_stride = 0;
+  std::int64_t bt_cols = 0;  // entries per row (0: not known)
   const std::int32_t* seq_lens = nullptr;
   std::int64_t seq_lens_stride = 1;
   // CSR (used when block_table is null)

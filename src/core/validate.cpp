@@ -197,6 +197,7 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
     if (a.block_table == nullptr) a.block_table = &kNoPages;
     a.bt_row_stride = bt->block_table.stride(0);
     a.bt_col_stride = bt->block_table.stride(1);
+    a.bt_cols = bt->block_table.size(1);
     a.seq_lens = bt->seq_lens.data_as<const std::int32_t>();
     a.seq_lens_stride = bt->seq_lens.stride(0);
     const std::int64_t max_pages = bt->block_table.size(1);

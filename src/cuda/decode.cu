@@ -226,6 +226,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.head_tiles = static_cast<int>(choice.head_tiles);
   prm.k_vec = prm.v_vec = choice.vec;
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
+  prm.speculate_pages = !detail::env_switched_off("PAGEDATTN_DECODE_PAGE_SPECULATION");
 
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {

@@ -53,6 +53,8 @@ struct DecodeKernelParams {
   // of one head (page_tensor_map.h), coordinates (dim, head, slot, page) or, when
   // !tma_head_inner, (dim, slot, head, page).
   bool tma_head_inner = true;
+  // The TMA kernel requests a block-table row's first page ids before the sequence's length.
+  bool speculate_pages = true;
   CUtensorMap k_tiles, v_tiles;
 };
 
@@ -196,6 +198,10 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(gmem));
   }
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>

@@ -127,10 +127,32 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       sm90::fence_mbarrier_init();
     }
   }
-  if (!init_cta(prm, cta)) return;
+  const std::int64_t P = p.kv.page_size;
+  // A block-table row without a window: the split's first page ids sit at a place of the row
+  // known from the block index, so they are requested now, beside the length init_cta reads,
+  // instead of after it (one dependent global round trip less before the first tile). Ids
+  // past the sequence's pages are read from the row but never used.
+  const std::int64_t spec_cp0 = cta.split * prm.partition_tokens / P;
+  std::int64_t spec_cp1 = spec_cp0;
+  bool speculated = false;
+  if constexpr (kTma) {
+    const detail::PageTableAccess& tb = p.table;
+    if (prm.speculate_pages && tb.bt_cols > 0 && p.seq_to_row == nullptr && p.variant.window_left < 0) {
+      speculated = true;
+      spec_cp1 = min(spec_cp0 + kPageChunk, min(tb.bt_cols, ceil_div((cta.split + 1) * prm.partition_tokens, P)));
+      const std::int32_t* row = tb.block_table + cta.s * tb.bt_row_stride;
+      for (std::int64_t i = threadIdx.x; i < spec_cp1 - spec_cp0; i += blockDim.x) {
+        cp_async4(&s_pages[i], row + (spec_cp0 + i) * tb.bt_col_stride);
+      }
+      cp_async_commit();
+    }
+  }
+  if (!init_cta(prm, cta)) {
+    if (speculated) cp_async_wait<0>();  // no copy into shared memory outlives the CTA
+    return;
+  }
   const std::int64_t q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
   const int kv_head = cta.kv_head;
-  const std::int64_t P = p.kv.page_size;
 
   const float soft_cap = p.variant.soft_cap;
   const bool plain = soft_cap == 0.0f && p.variant.alibi_slopes == nullptr;
@@ -182,7 +204,14 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
 
   for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
     const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
-    stage_pages(cta, cp0, cp1, s_pages);
+    if (speculated && cp0 == spec_cp0 && cp1 <= spec_cp1) {  // the ids requested at the start
+      cp_async_wait<0>();
+      __syncthreads();
+    } else {
+      if (speculated) cp_async_wait<0>();  // one that missed lands before the ids are staged
+      stage_pages(cta, cp0, cp1, s_pages);
+    }
+    speculated = false;
     const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
     // Tiles start at multiples of kTokens, so with page sizes that are multiples of kTokens a
     // tile never straddles pages; keys of a tile outside [c_begin, c_end) are masked.
@@ -423,8 +452,9 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     if constexpr (!kTma) cp_async_wait<0>();
     tiles_done += n_mine;
   }
+  if (speculated) cp_async_wait<0>();  // an empty split never staged its ids
 
-  // Row sums were accumulated per lane: complete them across the quad.
+    // Row sums were accumulated per lane: complete them across the quad.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
