@@ -61,7 +61,10 @@ struct MmaDecodeSmem {
   static constexpr int kWideTileBytes = kTokens * kRowElems * 2;
   static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
-  static constexpr int kMergeBytes = kWarps * 16 * (kD + 2) * 4;
+  // The epilogue: warps 1.. leave their 16 rows' outputs (rows of kD + 8 floats: a quad's
+  // float2 stores of four rows fall in distinct banks), maxima and sums.
+  static constexpr int kMergeRowFloats = kD + 8;
+  static constexpr int kMergeBytes = (kWarps - 1) * 16 * (kMergeRowFloats + 2) * 4;
   static constexpr int kRegionBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
   // TMA: one mbarrier per (warp, stage) after the region, and slack to align the swizzled tiles
   // to 1024 bytes.
@@ -460,23 +463,86 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  // Merge the warps' states: [warp][row] maxima and sums, [warp][row][kD] outputs.
-  __syncthreads();
-  auto* s_acc = reinterpret_cast<float*>(s_region);
-  float* s_m = s_acc + kWarps * kG * kD;
-  float* s_l = s_m + kWarps * kG;
+  // The warps' states meet in warp 0's registers: warps 1.. leave their live rows in shared
+  // memory and warp 0 folds them in and writes the result from its fragments (4-byte pairs).
+  // (The generic write_cta_result walked every (head, dim) of the tile through shared memory
+  // with a division per element: ~3 us of every CTA's critical path; docs/perf-notes.md v23.)
+  const bool live[2] = {gid < cta.n_g, gid + 8 < cta.n_g};
+  __syncthreads();                                 // every warp's tiles are consumed: the stage buffers are free
+  auto* s_o = reinterpret_cast<float*>(s_region);  // [warp - 1][row][kMergeRowFloats]
+  float* s_ml = s_o + (kWarps - 1) * 16 * Smem::kMergeRowFloats;  // [warp - 1][row][2]
+  if (warp > 0) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * kG + gid + 8 * r;
-    if (tig == 0) s_m[row] = m[r], s_l[row] = l[r];
+    for (int r = 0; r < 2; ++r) {
+      if (!live[r]) continue;
+      const int row = (warp - 1) * 16 + gid + 8 * r;
+      if (tig == 0) s_ml[row * 2] = m[r], s_ml[row * 2 + 1] = l[r];
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      s_acc[row * kD + n * 8 + tig * 2] = o[n][2 * r];
-      s_acc[row * kD + n * 8 + tig * 2 + 1] = o[n][2 * r + 1];
+      for (int n = 0; n < kD / 8; ++n) {
+        *reinterpret_cast<float2*>(s_o + row * Smem::kMergeRowFloats + n * 8 + tig * 2) =
+            make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      }
     }
   }
   __syncthreads();
-  write_cta_result(prm, cta, s_m, s_l, s_acc, kWarps, kG, kD, v_scale);
+  if (warp > 0) return;
+  const std::int64_t H = p.num_q_heads;
+  const int D = kD;
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!live[r]) continue;
+    const int row = gid + 8 * r;
+    float M = m[r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) M = fmaxf(M, s_ml[((w - 1) * 16 + row) * 2]);
+    const float own = M == kNegInf ? 0.0f : fast_exp2(m[r] - M);
+    float L = l[r] * own;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) o[n][2 * r] *= own, o[n][2 * r + 1] *= own;
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      const int wrow = (w - 1) * 16 + row;
+      const float f = M == kNegInf ? 0.0f : fast_exp2(s_ml[wrow * 2] - M);
+      L += f * s_ml[wrow * 2 + 1];
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        const float2 v = *reinterpret_cast<const float2*>(s_o + wrow * Smem::kMergeRowFloats + n * 8 + tig * 2);
+        o[n][2 * r] = fmaf(f, v.x, o[n][2 * r]);
+        o[n][2 * r + 1] = fmaf(f, v.y, o[n][2 * r + 1]);
+      }
+    }
+    const std::int64_t h = static_cast<std::int64_t>(kv_head) * cta.group + cta.g0 + row;
+    if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
+      const std::int64_t part = (cta.s * prm.max_splits + cta.split) * H + h;
+      const float inv = L > 0.0f ? v_scale / L : 0.0f;
+      float* o_part = prm.part_o + part * D;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        *reinterpret_cast<float2*>(o_part + n * 8 + tig * 2) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      }
+      if (tig == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
+      continue;
+    }
+    const float sink_scale = fold_sink(p, h, M, L);  // M and L take the sink's term
+    const float inv = L > 0.0f ? sink_scale * v_scale / L : 0.0f;
+    std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+    constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
+    if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        *reinterpret_cast<std::uint32_t*>(o_row + (n * 8 + tig * 2) * 2) =
+            pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
+        store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
+      }
+    }
+    if (tig == 0 && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+  }
 }
 
 // Launches paged_decode_mma_kernel<KV, T, head_dim, kTma, tiles per step> (T bf16 or f16; KV =
