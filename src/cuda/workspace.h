@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -27,6 +28,9 @@ class Workspace {
     }
     check_arg(given_bytes >= need, "ctx.workspace has " + std::to_string(given_bytes) + " bytes, " + op +
                                        " needs " + std::to_string(need));
+    // The kernels store partial states as 8- and 16-byte vectors.
+    check_arg(reinterpret_cast<std::uintptr_t>(given) % 16 == 0,
+              std::string("ctx.workspace must be 16-byte aligned (") + op + ")");
     ptr_ = static_cast<unsigned char*>(given);
   }
   ~Workspace() {

@@ -179,6 +179,15 @@ TEST(CudaDecodeErrors, RejectsBadInputAndWritesNothing) {
   expect_error([&] {
     decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, DecodeOptions{DecodeVariant::kAuto, 0, &bad_table});
   }, "out of range");
+  // Split-K scratch that is too small or misaligned.
+  DeviceBuffer scratch(1 << 20);
+  const DecodeOptions split{DecodeVariant::kSplitK, 32, &host_table};
+  Context small = ctx;
+  small.workspace = {static_cast<std::byte*>(scratch.get()), 64};
+  expect_error([&] { decode(small, d.q.view, d.cache, d.table, d.params, out_view, {}, split); }, "needs");
+  Context shifted = ctx;
+  shifted.workspace = {static_cast<std::byte*>(scratch.get()) + 4, scratch.bytes() - 4};
+  expect_error([&] { decode(shifted, d.q.view, d.cache, d.table, d.params, out_view, {}, split); }, "16-byte aligned");
 }
 
 // A decode captured once in a CUDA graph replays correctly after the lengths change (within
