@@ -19,8 +19,8 @@ struct Context {
   int num_threads = 0;        // CPU worker threads; 0 = all hardware threads
   Implementation implementation = Implementation::kFast;
   // Optional scratch memory on `device` for CUDA split-K decode (f32 partial states; 16-byte
-  // aligned, as cudaMalloc's pointers are). When
-  // empty, the op allocates it stream-ordered on ctx.stream (also legal inside graph capture).
+  // aligned, as cudaMalloc's pointers are). When empty, the op allocates it stream-ordered on
+  // ctx.stream (also legal inside graph capture).
   // The CPU backend manages its own scratch and ignores this.
   std::span<std::byte> workspace{};
 

@@ -200,7 +200,7 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
     a.bt_cols = bt->block_table.size(1);
     a.seq_lens = bt->seq_lens.data_as<const std::int32_t>();
     a.seq_lens_stride = bt->seq_lens.stride(0);
-    const std::int64_t max_pages = bt->block_table.size(1);
+    const std::int64_t max_pages = a.bt_cols;
     for (std::int64_t r = 0; r < a.num_rows; ++r) {
       const std::int64_t len = a.seq_lens[r * a.seq_lens_stride];
       check_arg(len >= 0, [&] {

@@ -188,6 +188,7 @@ __device__ __forceinline__ void write_cta_result(const DecodeKernelParams& prm, 
 
 // ---- cp.async (sm_80+): global -> shared copies that do not occupy registers ----------------
 
+// bytes: 16, 8 or 4 (a compile-time constant at every call, so the branches fold away).
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
   const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   if (bytes == 16) {
@@ -195,13 +196,11 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes
     // more at head_dim 128, and the larger requests took the GQA decode from 90 to 92% of the
     // copy ceiling on d-b64 (93.5% on d-b256).
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
-  } else {
+  } else if (bytes == 8) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(gmem));
+  } else {  // 4
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
   }
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>

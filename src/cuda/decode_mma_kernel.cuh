@@ -61,8 +61,8 @@ struct MmaDecodeSmem {
   static constexpr int kWideTileBytes = kTokens * kRowElems * 2;
   static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
-  // The epilogue: warps 1.. leave their 16 rows' outputs (rows of kD + 8 floats: a quad's
-  // float2 stores of four rows fall in distinct banks), maxima and sums.
+  // The epilogue: warps 1.. leave their 16 rows' outputs (rows of kD + 8 floats, so that a
+  // half-warp's float2 stores, four rows of four lanes, fall in distinct banks), maxima and sums.
   static constexpr int kMergeRowFloats = kD + 8;
   static constexpr int kMergeBytes = (kWarps - 1) * 16 * (kMergeRowFloats + 2) * 4;
   static constexpr int kRegionBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       spec_cp1 = min(spec_cp0 + kPageChunk, min(tb.bt_cols, ceil_div((cta.split + 1) * prm.partition_tokens, P)));
       const std::int32_t* row = tb.block_table + cta.s * tb.bt_row_stride;
       for (std::int64_t i = threadIdx.x; i < spec_cp1 - spec_cp0; i += blockDim.x) {
-        cp_async4(&s_pages[i], row + (spec_cp0 + i) * tb.bt_col_stride);
+        cp_async(&s_pages[i], row + (spec_cp0 + i) * tb.bt_col_stride, 4);
       }
       cp_async_commit();
     }
@@ -457,9 +457,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   }
   if (speculated) cp_async_wait<0>();  // an empty split never staged its ids
 
-    // Row sums were accumulated per lane: complete them across the quad.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < 2; ++r) {  // row sums were accumulated per lane: complete them across the quad
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
@@ -468,7 +467,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   // (The generic write_cta_result walked every (head, dim) of the tile through shared memory
   // with a division per element: ~3 us of every CTA's critical path; docs/perf-notes.md v23.)
   const bool live[2] = {gid < cta.n_g, gid + 8 < cta.n_g};
-  __syncthreads();                                 // every warp's tiles are consumed: the stage buffers are free
+  // Every warp's tiles are consumed: the stage buffers are free.
+  __syncthreads();
   auto* s_o = reinterpret_cast<float*>(s_region);  // [warp - 1][row][kMergeRowFloats]
   float* s_ml = s_o + (kWarps - 1) * 16 * Smem::kMergeRowFloats;  // [warp - 1][row][2]
   if (warp > 0) {
@@ -487,7 +487,6 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   __syncthreads();
   if (warp > 0) return;
   const std::int64_t H = p.num_q_heads;
-  const int D = kD;
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -516,7 +515,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
     if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
       const std::int64_t part = (cta.s * prm.max_splits + cta.split) * H + h;
       const float inv = L > 0.0f ? v_scale / L : 0.0f;
-      float* o_part = prm.part_o + part * D;
+      float* o_part = prm.part_o + part * kD;
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
         *reinterpret_cast<float2*>(o_part + n * 8 + tig * 2) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
