@@ -11,7 +11,7 @@
 //   the online softmax on the accumulators, and O += P V with wgmma (P from registers, V from
 //   shared memory read MN-major), then release the stage on its "empty" barrier.
 // Inside a consumer, tile j's S and softmax overlap tile j-1's P V; the two consumers issue
-// their matrix work in turns (named barriers), so one's softmax overlaps the other's wgmma.
+// their matrix work independently (strict turns, FA3's "pingpong", measured 1-2% slower).
 // Register budgets are moved from the producer to the consumers with setmaxnreg.
 // Design log and measurements: docs/perf-notes.md (CUDA prefill, v5 onwards).
 #pragma once
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const std::uint32_t k_addr = sm90::smem_address(s_k), v_addr = sm90::smem_address(s_v);
   // K-major Q and K: k-step kk is 16 elements of column block kk / 4; V (MN-major): 16 keys.
   // Built once: a stage or a step only adds a constant to the start address (no per-wgmma
-  // address arithmetic between the turn and the issue).
+  // address arithmetic in the issue).
   const std::uint64_t q_desc0 = sm90::swizzled_descriptor(q_addr, 16);
   const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16);
   const std::uint64_t v_desc0 = sm90::swizzled_descriptor(v_addr, kKeys * 128);
@@ -365,17 +365,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   };
 
   // Both warpgroups take every tile of the CTA (a tile one of them does not need is masked
-  // whole for it) and issue their matrix work in turns, so that one's softmax runs while the
-  // other's wgmma are on the tensor cores: warpgroup c waits on barrier 3 + c for its turn
-  // and hands the turn over on the other's barrier. Consumer 1 opens with a hand-over so that
-  // consumer 0 starts; its last hand-over is left out, so each barrier sees as many arrivals
-  // as waits.
-  const int turns = n_tiles;
-  auto my_turn = [&] { sm90::named_barrier(3 + consumer, 256); };
-  auto hand_over = [&](int j) {
-    if (consumer == 0 || j + 1 < turns) sm90::named_barrier_arrive(3 + (1 - consumer), 256);
-  };
-  if (consumer == 1 && turns > 0) sm90::named_barrier_arrive(3, 256);
+  // whole for it), so every stage sees all eight consumer warps release it.
   const int j_first = 0, j_last = n_tiles - 1;
   // After the first tile, tile j's S = Q K^T and softmax run while tile j - 1's P V is on the
   // tensor cores.
@@ -383,9 +373,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     float corr[2];
     bool rescale = false;
     wait_k(j_first);
-    my_turn();
     issue_s(j_first);
-    hand_over(j_first);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(sc);
     if (masked(j_first)) softmax(j_first, std::true_type{}, corr, rescale);
@@ -395,13 +383,17 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       wait_k(j);
       wait_v(j - 1);
       auto step = [&](auto masked_c) {
-        my_turn();
         issue_s(j);
         issue_pv(j - 1);
-        hand_over(j);
         sm90::wgmma_wait<1>();  // S is done; the previous tile's P V may still run
         sm90::fence_registers(sc);
         softmax(j, masked_c, corr, rescale);
+        // ptxas schedules the wait below as early as nothing stops it, which put it before the
+        // exponentials (after the row maxima), so the softmax waited for P V after all. A second
+        // wait on tile j's K barrier (complete: returns at once) ends the basic block, and the
+        // wait stays after the softmax (perf-notes, prefill v13: -1% prefill, -2% append with
+        // the turns gone).
+        wait_k(j);
         sm90::wgmma_wait<0>();  // O and P are free again
         pv_done();
       };
