@@ -82,4 +82,12 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
+__device__ __forceinline__ void tma_load_5d(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3, int c4,
+                                            std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+      ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_address(bar))
+      : "memory");
+}
+
 }  // namespace pagedattn::cuda::sm90

@@ -60,7 +60,8 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
   check_cuda(cudaGetDevice(&device), "current device");
   if (!is_sm90(device)) return false;
   KVPageBoxes boxes;
-  if (!encode_kv_page_boxes(p.kv, 64, 16, boxes)) return false;
+  prm.tma_whole_rows = !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
+  if (!prm.tma_whole_rows && !encode_kv_page_boxes(p.kv, 64, 16, boxes)) return false;
   prm.k_tiles = boxes.k;
   prm.v_tiles = boxes.v;
   prm.tma_head_inner = boxes.head_inner;

@@ -53,6 +53,9 @@ struct DecodeKernelParams {
   // of one head (page_tensor_map.h), coordinates (dim, head, slot, page) or, when
   // !tma_head_inner, (dim, slot, head, page).
   bool tma_head_inner = true;
+  // The maps are 5-d instead, (dim % 64, slot, dim / 64, head, page): a box is a tile's 16 rows
+  // of every dim (page_tensor_map.h), one box per tile of K and of V.
+  bool tma_whole_rows = false;
   // The TMA kernel requests a block-table row's first page ids before the sequence's length.
   bool speculate_pages = true;
   CUtensorMap k_tiles, v_tiles;

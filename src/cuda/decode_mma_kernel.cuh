@@ -246,10 +246,15 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
           sm90::mbarrier_arrive_expect_tx(bar, 2 * Smem::kTileBytes);
           const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
           const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
+          if (prm.tma_whole_rows) {
+            sm90::tma_load_5d(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar);
+            sm90::tma_load_5d(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar);
+          } else {
 #pragma unroll
-          for (int h = 0; h < kD / 64; ++h) {
-            sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar);
-            sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar);
+            for (int h = 0; h < kD / 64; ++h) {
+              sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar);
+              sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar);
+            }
           }
         }
         return;

@@ -32,7 +32,7 @@ struct PageBoxes {
 };
 
 bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, int box_dims, int box_slots,
-                       PageBoxes& out) {
+                       bool whole_rows, PageBoxes& out) {
   const DType dtype = kv.dtype;
   if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
   constexpr std::int64_t kElem = 2;
@@ -50,6 +50,23 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   if (kv.num_pages >= (std::int64_t{1} << 31)) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (encode == nullptr) return false;
+  const CUtensorMapDataType type = dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (whole_rows) {
+    // (dim % box_dims, slot, dim / box_dims, head, page): the strides need not grow outwards
+    // (the driver takes any order), so one box holds every dim of its slots, block after block.
+    if (kv.head_dim % box_dims != 0 || kv.head_dim / box_dims > 256) return false;
+    out.head_inner = true;
+    const auto blocks = static_cast<cuuint32_t>(kv.head_dim / box_dims);
+    const std::array<cuuint64_t, 5> dims = {static_cast<cuuint64_t>(box_dims), static_cast<cuuint64_t>(kv.page_size), blocks,
+                                            static_cast<cuuint64_t>(kv.num_kv_heads), static_cast<cuuint64_t>(kv.num_pages)};
+    const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), static_cast<cuuint64_t>(box_dims * kElem),
+                                               static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(page_bytes)};
+    const std::array<cuuint32_t, 5> box = {static_cast<cuuint32_t>(box_dims), static_cast<cuuint32_t>(box_slots), blocks, 1, 1};
+    const std::array<cuuint32_t, 5> steps = {1, 1, 1, 1, 1};
+    return encode(&out.map, type, 5, t.data, dims.data(), strides.data(), box.data(), steps.data(),
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  }
   out.head_inner = head_bytes <= slot_bytes;
   const auto heads = static_cast<cuuint64_t>(kv.num_kv_heads), slots = static_cast<cuuint64_t>(kv.page_size);
   const std::array<cuuint64_t, 4> dims = {static_cast<cuuint64_t>(kv.head_dim), out.head_inner ? heads : slots,
@@ -62,17 +79,18 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
                                          out.head_inner ? P : 1u, 1u};
   const std::array<cuuint32_t, 4> steps = {1, 1, 1, 1};
   const CUresult r =
-      encode(&out.map, dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-             t.data, dims.data(), strides.data(), box.data(), steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+      encode(&out.map, type, 4, t.data, dims.data(), strides.data(), box.data(), steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 
 }  // namespace
 
-bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out) {
+bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out,
+                          bool whole_rows) {
   PageBoxes k, v;
-  if (!encode_page_boxes(kv.k, kv, box_dims, box_slots, k) || !encode_page_boxes(kv.v, kv, box_dims, box_slots, v) ||
+  if (!encode_page_boxes(kv.k, kv, box_dims, box_slots, whole_rows, k) ||
+      !encode_page_boxes(kv.v, kv, box_dims, box_slots, whole_rows, v) ||
       k.head_inner != v.head_inner) {
     return false;
   }

@@ -64,12 +64,16 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 
 // The Hopper kernel's TMA page boxes: pages that cut its key tiles into whole swizzle atoms
 // (8 rows of 128 bytes), K and V described alike. PAGEDATTN_PREFILL_TMA=0 turns them off.
+// 16-token pages take one box per page (page-major tiles) instead of one per 64 dims, unless
+// PAGEDATTN_PREFILL_WHOLE_PAGES=0: the TMA unit's boxes per tile are what page 16 pays for.
 bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm) {
   if (detail::env_switched_off("PAGEDATTN_PREFILL_TMA")) return false;
   const std::int64_t P = p.kv.page_size;
   if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
   KVPageBoxes boxes;
-  if (!encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes)) return false;
+  prm.page_major = P == WgmmaPrefillShape::kPageMajorSlots && !detail::env_switched_off("PAGEDATTN_PREFILL_WHOLE_PAGES") &&
+                   encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes, true);
+  if (!prm.page_major && !encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes)) return false;
   prm.k_pages = boxes.k;
   prm.v_pages = boxes.v;
   prm.tma_head_inner = boxes.head_inner;

@@ -25,6 +25,9 @@ struct PrefillKernelParams {
   // page_tensor_map.h); when false it gathers every tile with cp.async.
   bool tma_pages = false;
   bool tma_head_inner = true;  // the maps' coordinate order: (dim, head, slot, page), else (dim, slot, head, page)
+  // Hopper kernel, 16-token pages: the maps are 5-d (dim % 64, slot, dim / 64, head, page) and
+  // a box is a whole page of one head; tiles are stored page-major (WgmmaPrefillShape).
+  bool page_major = false;
   CUtensorMap k_pages, v_pages;
 };
 

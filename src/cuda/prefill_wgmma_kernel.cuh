@@ -32,9 +32,11 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
   else return op(tree_reduce<kLo, kN / 2>(get, op), tree_reduce<kLo + kN / 2, kN / 2>(get, op));
 }
 
-// T: bf16 or f16 (q and cache); kPlain: no soft-cap and no ALiBi. Grid as the mma.sync kernel:
-// (packed row tile, KV head + num_kv_heads * split, sequence).
-template <class T, bool kPlain>
+// T: bf16 or f16 (q and cache); kPlain: no soft-cap and no ALiBi; kPageMajor: the ring's tiles
+// are stored page by page (16-key pages, see WgmmaPrefillShape), else as two 64-dim halves of
+// 128 keys. Grid as the mma.sync kernel: (packed row tile, KV head + num_kv_heads * split,
+// sequence).
+template <class T, bool kPlain, bool kPageMajor>
 __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     paged_prefill_wgmma_kernel(const __grid_constant__ PrefillKernelParams prm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -108,7 +110,12 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     // This thread's destinations: row 32 * warp + 2 * pass + hi, chunk `chunk`; the swizzle
     // term depends on the pass only through pass % 4.
     const int hi = lane >> 4;
-    const std::uint32_t dst_base = (chunk >> 3) * kKeys * 128 + (warp * 32 + hi) * 128;
+    const std::uint32_t dst_base = kPageMajor ? warp * 2 * Shape::kPageMajorBytes + (chunk >> 3) * Shape::kHalfPageBytes + hi * 128
+                                              : (chunk >> 3) * kKeys * 128 + (warp * 32 + hi) * 128;
+    // Rows 2 * pass and 2 * pass + 1 of the warp's 32: pages of 16 rows in the page-major tile.
+    auto pass_offset = [](int pass) {
+      return kPageMajor ? (pass / 8) * Shape::kPageMajorBytes + (pass % 8) * 256 : pass * 256;
+    };
     std::uint32_t swizzle[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) swizzle[q] = ((chunk & 7) ^ ((2 * q + hi) & 7)) << 4;
@@ -117,7 +124,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       for (int pass = 0; pass < 16; ++pass) {
         const uint2 row = my_rows[2 * pass + hi];
         const std::uint32_t off = decltype(is_v)::value ? row.y : row.x;  // outside the keys: zeros (masked, never NaN)
-        sm90::cp_async_16_or_zeros(tile + dst_base + pass * 256 + swizzle[pass & 3],
+        sm90::cp_async_16_or_zeros(tile + dst_base + pass_offset(pass) + swizzle[pass & 3],
                                    base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8, off != kOutside);
       }
     };
@@ -131,18 +138,21 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
       return prm.tma_pages && ts >= t_begin && ts + kKeys <= t_end;
     };
-    // Warp 0's lane i issues box i of a TMA tile: page i / 2, dims 64 * (i % 2) (its page id
-    // looked up a tile ahead, as the rows).
-    const int boxes = 2 * pages_per_tile;
+    // Warp 0's lane i issues box i of a TMA tile (its page id looked up a tile ahead, as the
+    // rows): page i, both halves, in a page-major tile; else page i / 2, dims 64 * (i % 2).
+    const int boxes = kPageMajor ? pages_per_tile : 2 * pages_per_tile;
     auto find_page = [&](int j) {
       if (warp != 0 || lane >= boxes || j >= n_tiles || !by_tma(j)) return 0;
       const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
-      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + lane / 2));
+      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + (kPageMajor ? lane : lane / 2)));
     };
     const int c_head1 = prm.tma_head_inner ? kv_head : 0, c_head2 = prm.tma_head_inner ? 0 : kv_head;
-    const std::uint32_t box_offset = (lane & 1) * kKeys * 128 + (lane >> 1) * P * 128;
+    const std::uint32_t box_offset =
+        kPageMajor ? lane * Shape::kPageMajorBytes : (lane & 1) * kKeys * 128 + (lane >> 1) * P * 128;
     auto load_pages = [&](std::uint32_t tile, const CUtensorMap* map, std::uint64_t* full, int page) {
-      if (lane < boxes) sm90::tma_load_4d(tile + box_offset, map, 64 * (lane & 1), c_head1, c_head2, page, full);
+      if (lane >= boxes) return;
+      if constexpr (kPageMajor) sm90::tma_load_5d(tile + box_offset, map, 0, 0, 0, kv_head, page, full);
+      else sm90::tma_load_4d(tile + box_offset, map, 64 * (lane & 1), c_head1, c_head2, page, full);
     };
     uint2 next = by_tma(0) ? make_uint2(kOutside, kOutside) : find_row(0);
     int next_pages = find_page(0);
@@ -234,14 +244,19 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const std::uint32_t k_addr = sm90::smem_address(s_k), v_addr = sm90::smem_address(s_v);
   // K-major Q and K: k-step kk is 16 elements of column block kk / 4; V (MN-major): 16 keys.
   // Built once: a stage or a step only adds a constant to the start address (no per-wgmma
-  // address arithmetic in the issue).
+  // address arithmetic in the issue). A page-major K is read as two halves of 64 keys, the
+  // first and second 8 slots of every page (8-row steps of a page's bytes); a page-major V's
+  // 16-key step is one page, its dim halves a half page apart.
+  constexpr std::uint32_t kHalfBytes = kPageMajor ? Shape::kHalfPageBytes : kKeys * 128;  // a 64-dim half of the keys
   const std::uint64_t q_desc0 = sm90::swizzled_descriptor(q_addr, 16);
-  const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16);
-  const std::uint64_t v_desc0 = sm90::swizzled_descriptor(v_addr, kKeys * 128);
-  auto kd_step = [](int kk, int rows) { return static_cast<std::uint32_t>((kk >> 2) * rows * 128 + (kk & 3) * 32); };
-  auto q_desc = [&](int kk) { return sm90::advanced(q_desc0, kd_step(kk, kRows)); };
-  auto k_desc = [&](std::uint64_t stage_desc, int kk) { return sm90::advanced(stage_desc, kd_step(kk, kKeys)); };
-  auto v_desc = [&](std::uint64_t stage_desc, int ks) { return sm90::advanced(stage_desc, ks * 16 * 128); };
+  const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16, kPageMajor ? Shape::kPageMajorBytes : 1024);
+  const std::uint64_t v_desc0 = sm90::swizzled_descriptor(v_addr, kHalfBytes);
+  auto kd_step = [](int kk, std::uint32_t half_bytes) { return static_cast<std::uint32_t>((kk >> 2) * half_bytes + (kk & 3) * 32); };
+  auto q_desc = [&](int kk) { return sm90::advanced(q_desc0, kd_step(kk, kRows * 128)); };
+  auto k_desc = [&](std::uint64_t stage_desc, int kk) { return sm90::advanced(stage_desc, kd_step(kk, kHalfBytes)); };
+  auto v_desc = [&](std::uint64_t stage_desc, int ks) {
+    return sm90::advanced(stage_desc, ks * (kPageMajor ? Shape::kPageMajorBytes : 16 * 128));
+  };
   auto stage_desc = [&](std::uint64_t desc0, int j) {
     return sm90::advanced(desc0, static_cast<std::uint32_t>(j % kStages) * Shape::kTileBytes);
   };
@@ -264,7 +279,15 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const std::uint64_t kd = stage_desc(k_desc0, j);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      if constexpr (kPageMajor) {
+        // Keys 16 i + 8 h + (0..7) of pages i = 0..7: n-blocks 2 i + h of S.
+        sm90::wgmma_ss_half<T, 0, true>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
+        sm90::wgmma_ss_half<T, 1, true>(sc, q_desc(kk), sm90::advanced(k_desc(kd, kk), 8 * 128), kk > 0);
+      } else {
+        sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
+      }
+    }
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int j) {
@@ -448,16 +471,22 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
 // Launches paged_prefill_wgmma_kernel<T> over `grid`. Instantiated in sm90a/prefill_wgmma_*.cu.
 template <class T>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream) {
-  auto launch = [&](auto plain_c) {
+  auto launch = [&](auto plain_c, auto page_major_c) {
     constexpr int kBytes = WgmmaPrefillShape::kBytes;
-    auto kernel = paged_prefill_wgmma_kernel<T, decltype(plain_c)::value>;
+    auto kernel = paged_prefill_wgmma_kernel<T, decltype(plain_c)::value, decltype(page_major_c)::value>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, WgmmaPrefillShape::kThreads, kBytes, stream>>>(prm);
   };
-  if (prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr) launch(std::true_type{});
-  else launch(std::false_type{});
+  const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
+  if (prm.page_major) {
+    if (plain) launch(std::true_type{}, std::true_type{});
+    else launch(std::false_type{}, std::true_type{});
+  } else {
+    if (plain) launch(std::true_type{}, std::false_type{});
+    else launch(std::false_type{}, std::false_type{});
+  }
 }
 
 }  // namespace pagedattn::cuda
