@@ -30,11 +30,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/decode_bf16.h"
 #include "cpu/decode_output.h"
 #include "cpu/decode_plan.h"
 #include "cpu/decode_rows.h"
+#include "cpu/decode_units-inl.h"
 #include "cpu/kv_rows.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,6 +49,14 @@ constexpr std::int64_t kBlock = kDecodeBlock;
 constexpr std::int64_t kCacheLine = kDecodeCacheLine;
 constexpr std::int64_t kAhead = kDecodeAhead;
 constexpr std::int64_t kUnit = 16;  // tokens per unit of the token-major order
+// Query heads per logits tile: 4 tokens x kG heads of accumulators stay in registers only where
+// the target has 32 vector registers; with 16 (x86 before AVX-512) 4 x 4 of them spill, and the
+// spilled chains through the stack measured 3x slower than the FMAs.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3 || (defined(HWY_SSE2) && HWY_TARGET == HWY_SSE2)
+constexpr int kLogitTile = 2;
+#else
+constexpr int kLogitTile = 4;
+#endif
 // Floats per token of a unit's token-major logits: all query heads, padded to 16 lanes.
 constexpr std::int64_t unit_row(std::int64_t query_heads) { return (query_heads + 15) / 16 * 16; }
 
@@ -57,7 +67,8 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> q16, pairs;
   hwy::AlignedFreeUniquePtr<float[]> acc16, alpha;
 
-  Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles, bool bf16) {
+  Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles, bool bf16,
+          bool token_major) {
     const auto hg = static_cast<std::size_t>(heads * group);
     const auto hgd = hg * static_cast<std::size_t>(head_dim);
     const auto row = static_cast<std::size_t>(unit_row(heads * group));  // >= hg, padded
@@ -79,42 +90,10 @@ struct Scratch {
       acc16 = hwy::AllocateAligned<float>(padded);
       // [group][kBlock] u16, or [kUnit / 2][row] u32 (token-major units)
       pairs = hwy::AllocateAligned<std::uint16_t>(std::max<std::size_t>(static_cast<std::size_t>(group * kBlock), kUnit * row));
-      alpha = hwy::AllocateAligned<float>(row);
     }
+    if (token_major) alpha = hwy::AllocateAligned<float>(row);
   }
 };
-
-#if HWY_TARGET != HWY_SCALAR
-// Adds the 128-bit blocks of v and stores the 4 floats.
-template <class D>
-HWY_INLINE void store_block_sum(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
-  if constexpr (hn::MaxLanes(D()) <= 4) {
-    hn::StoreU(v, d, out);
-  } else {
-    const hn::Half<D> dh;
-    store_block_sum(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
-  }
-}
-#endif
-
-// out[0, 4) = the lane sums of a, b, c, e (a transposing reduction: ~13 ops instead of 4 full
-// horizontal sums).
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void store_sums4(D d, V a, V b, V c, V e, float* HWY_RESTRICT out) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)d;
-  out[0] = hn::GetLane(a), out[1] = hn::GetLane(b), out[2] = hn::GetLane(c), out[3] = hn::GetLane(e);
-#else
-  const hn::RepartitionToWide<D> dw;  // moves pairs of floats as one f64 lane
-  // Per 128-bit block: ab = [a0+a2, b0+b2, a1+a3, b1+b3], ce likewise.
-  const V ab = hn::Add(hn::InterleaveLower(a, b), hn::InterleaveUpper(d, a, b));
-  const V ce = hn::Add(hn::InterleaveLower(c, e), hn::InterleaveUpper(d, c, e));
-  // Per block: [a, b, c, e] partial sums.
-  const V abce = hn::Add(hn::BitCast(d, hn::InterleaveLower(hn::BitCast(dw, ab), hn::BitCast(dw, ce))),
-                         hn::BitCast(d, hn::InterleaveUpper(dw, hn::BitCast(dw, ab), hn::BitCast(dw, ce))));
-  store_block_sum(d, abce, out);
-#endif
-}
 
 // s[g * kBlock + j] += q[g][c, D) . k[j][c, D) for the head_dim tail (when head_dim is not a
 // multiple of the full vector: only 8 lanes remain).
@@ -304,8 +283,14 @@ struct DecodeKernel {
   std::int64_t G, D, heads;  // heads: KV heads per work item
   bool bf16 = false;         // the AVX512-BF16 micro-kernels (bf16 q/KV/out, direct rows)
   std::int64_t Dp = 0;       // their padded head dim (bf16_padded_dim)
-  // bf16 with several heads per item (NHD): keys in token-major units, see attend_units().
-  bool token_major() const { return bf16 && heads > 1; }
+  // Token-major units on f32 FMAs (decode_units-inl.h) where bf16 does not apply: direct rows
+  // of a head_dim in whole dim-pair blocks, several heads per item.
+  bool units = false;
+  // Several heads per item (NHD) on either kernel family: keys in token-major units, see
+  // attend_units().
+  bool token_major() const { return (bf16 || units) && heads > 1; }
+  // q and the accumulators in load_dim_pair's pair order (f32 units over a bf16 cache).
+  bool pair_order() const { return units && !bf16 && kPairOrder<kCacheT>; }
 
   // Row pointers of head `kh` for keys [t0, t0 + n) of the item's sequence (page-table lookup
   // once per page). Gathered layouts are converted into the thread's f32 tiles here.
@@ -380,7 +365,7 @@ struct DecodeKernel {
     const float* q = sc.q.get() + hi * G * D;
     float* acc = sc.acc.get() + hi * G * D;
     bool first = true;
-    for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
+    for_group_tiles<kLogitTile>(G, [&]<int kG>(std::int64_t g0) {
       block_logits<kRowT, kG>(q + g0 * D, D, rows, first ? near : nullptr,
                               first && far ? &far_logits : nullptr, s + g0 * kBlock);
       first = false;
@@ -416,6 +401,7 @@ struct DecodeKernel {
         } else {
           float* qf = sc.q.get() + (hi * G + g) * D;
           for (std::int64_t d = 0; d < D; ++d) qf[d] = load_as_float(qrow, qo.q_dtype, d) * q_scale;
+          if (pair_order()) permute_dim_pairs(qf, D);
         }
         sc.m[hi * G + g] = detail::kNegInf;
         sc.l[hi * G + g] = 0.0f;
@@ -436,16 +422,20 @@ struct DecodeKernel {
         bf16_unpermute_acc(sc.acc16.get() + i * Dp, D, sc.acc.get() + i * D);
       }
     }
+    if (pair_order()) {
+      for (std::int64_t i = 0; i < heads * G; ++i) unpermute_dim_pairs(sc.acc.get() + i * D, D);
+    }
   }
 
-  // Token-major order (bf16, NHD: a token's K row holds all the item's heads, likewise V). Keys
+  // Token-major order (NHD: a token's K row holds all the item's heads, likewise V). Keys
   // go in units of up to kUnit consecutive tokens. The logits of a unit are computed for all
-  // heads a quad of token rows at a time (whole rows in address order) and stored token-major,
-  // [token][head * G + g], so the online softmax of all query heads runs lane-parallel (no
-  // horizontal reductions); the weights are paired for the p.v, which runs per head over the
-  // unit's V rows (accumulators loaded and stored once per (unit, head)). The next unit's K and
-  // V rows are prefetched, spread over the current unit's work; each quad's K rows and each
-  // head's V rows are pulled into L1 just before use.
+  // heads a few token rows at a time (whole rows in address order: a quad on the bf16 dot
+  // products, a pair on f32 FMAs) and stored token-major, [token][head * G + g], so the online
+  // softmax of all query heads runs lane-parallel (no horizontal reductions); the p.v runs per
+  // head over the unit's V rows (accumulators loaded and stored once per (unit, head); bf16
+  // pairs the weights first). The next unit's K and V rows are prefetched, spread over the
+  // current unit's work; on the bf16 path each quad's K rows and each head's V rows are also
+  // pulled into L1 just before use.
   void attend_units(const DecodeWorkItem& it, Scratch& sc) const {
     const detail::SeqPages pages = p.pages_of(it.seq);
     const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
@@ -484,30 +474,42 @@ struct DecodeKernel {
           next_v[j] = nx.v[std::min(j, nx.n - 1)];
         }
       }
-      // Logits (each quad's K rows pulled into L1 a quad ahead), then head 0's V rows into L1.
-      bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
-                               ahead ? next_k : nullptr, s, row, span);
-      for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
+      // Logits. bf16: each quad's K rows pulled into L1 a quad ahead, then head 0's V rows into
+      // L1 (and each next head's before its p.v); the f32 units leave the current unit's rows to
+      // the next-unit prefetches and the hardware (the just-in-time ones measured 2% slower).
+      if (bf16) {
+        bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
+                                 ahead ? next_k : nullptr, s, row, span);
+        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
+      } else {
+        unit_logits<kRowT>(sc.q.get(), heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row);
+      }
       softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc);
-      bf16_pack_pairs(s, row, n, row, w);
+      if (bf16) bf16_pack_pairs(s, row, n, row, w);
       head_rows.n = n;
       for (std::int64_t hi = 0; hi < heads; ++hi) {
         for (std::int64_t j = 0; j < n; ++j) head_rows.v[j] = r.v[j] + hi * vh_bytes;
-        if (hi + 1 < heads) {  // the next head's V rows, into L1 just before use
+        if (bf16 && hi + 1 < heads) {  // the next head's V rows, into L1 just before use
           for (std::int64_t j = 0; j < n; ++j) prefetch_span4(head_rows.v[j] + vh_bytes, D * kElem);
         }
         if (ahead) {
           for (std::int64_t j = 0; j <= kUnit; ++j) pf_v[j] = next_v[j] + hi * vh_bytes;
         }
-        bf16_decode_accumulate_pairs(sc.acc16.get() + hi * G * Dp, G, D, head_rows, w + hi * G, 1,
-                                     row, nullptr, ahead ? pf_v : nullptr);
+        if (bf16) {
+          bf16_decode_accumulate_pairs(sc.acc16.get() + hi * G * Dp, G, D, head_rows, w + hi * G, 1,
+                                       row, nullptr, ahead ? pf_v : nullptr);
+        } else {
+          unit_accumulate<kRowT>(sc.acc.get() + hi * G * D, G, D, head_rows.v, n, s + hi * G, row,
+                                 ahead ? AheadSpans{pf_v, n, D * kElem} : AheadSpans{});
+        }
       }
     }
   }
 
   // Online-softmax update of the HG query heads (from qh0) for a unit of n logits, stored
   // token-major (s[j * row + i]), lane-parallel over the heads: soft-cap and ALiBi, new max,
-  // s becomes exp(s - m'), l and the accumulators (sc.acc16 rows) rescaled by exp(m - m').
+  // s becomes exp(s - m'), l and the accumulators (sc.acc16 rows for bf16, else sc.acc) rescaled
+  // by exp(m - m').
   void softmax_unit(std::int64_t qh0, std::int64_t HG, std::int64_t pos0, std::int64_t query_pos,
                     std::int64_t n, std::int64_t row, float* HWY_RESTRICT s, Scratch& sc) const {
     const hn::ScalableTag<float> df;
@@ -546,11 +548,13 @@ struct DecodeKernel {
       hn::Store(m_new, df, sc.m.get() + i0);
       hn::Store(a_keep, df, alpha + i0);
     }
+    const std::int64_t acc_row = bf16 ? Dp : D;  // D: whole dim-pair blocks (units)
+    float* acc_base = bf16 ? sc.acc16.get() : sc.acc.get();
     for (std::int64_t i = 0; i < HG; ++i) {
       if (alpha[i] == 1.0f) continue;
-      float* acc = sc.acc16.get() + i * Dp;
+      float* acc = acc_base + i * acc_row;
       const auto va = hn::Set(df, alpha[i]);
-      for (std::int64_t d = 0; d < Dp; d += N) hn::Store(hn::Mul(hn::Load(df, acc + d), va), df, acc + d);
+      for (std::int64_t d = 0; d < acc_row; d += N) hn::Store(hn::Mul(hn::Load(df, acc + d), va), df, acc + d);
     }
   }
 
@@ -615,7 +619,7 @@ struct DecodeKernel {
     const auto num_merges = static_cast<std::int64_t>(plan.merges.size());
 #pragma omp parallel num_threads(num_threads)
     {
-      Scratch sc(heads, G, D, !kDirect, bf16);
+      Scratch sc(heads, G, D, !kDirect, bf16, token_major());
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t i = 0; i < num_items; ++i) {
         const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
@@ -644,8 +648,13 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
       return;
     }
   }
-  if (direct) DecodeKernel<kCacheT, true>{p, G, D, H}.run(plan, part, threads);
-  else DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
+  if (direct) {
+    // PAGEDATTN_CPU_DECODE_UNITS=0 keeps the head-major order of attend_keys instead.
+    const bool units = H > 1 && units_support_head_dim(D) && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_UNITS");
+    DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units}.run(plan, part, threads);
+  } else {
+    DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
+  }
 }
 
 }  // namespace

@@ -62,11 +62,16 @@ inline void prefetch_span4(const std::byte* p, std::int64_t bytes) {
 
 // Runs f.template operator()<kG>(g0) over a query-head group in tiles of 4, 2 and 1 heads, so
 // kernels instantiate only those tile widths whatever the group size.
-template <class F>
+// kMaxTile 2 caps the tiles at 2 heads (kernels whose 4-head tile needs more registers than
+// the target has).
+template <int kMaxTile = 4, class F>
 inline void for_group_tiles(std::int64_t group, const F& f) {
+  static_assert(kMaxTile == 2 || kMaxTile == 4);
   std::int64_t g0 = 0;
-  for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
-  if (g0 + 2 <= group) { f.template operator()<2>(g0); g0 += 2; }
+  if constexpr (kMaxTile == 4) {
+    for (; g0 + 4 <= group; g0 += 4) f.template operator()<4>(g0);
+  }
+  for (; g0 + 2 <= group; g0 += 2) f.template operator()<2>(g0);
   if (g0 < group) f.template operator()<1>(g0);
 }
 

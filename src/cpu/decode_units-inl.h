@@ -1,0 +1,253 @@
+// Internal, per SIMD target: the f32 micro-kernels of the CPU decode's token-major order (NHD,
+// all KV heads of a work item; see DecodeKernel::attend_units in decode.cpp), for every target
+// and cache dtype that has no bf16 dot products.
+//
+// Include this after <hwy/foreach_target.h> in a translation unit that compiles once per target
+// (HWY_TARGET_INCLUDE); toggle guard as kv_rows.h.
+//
+// Rows are read in blocks of 2N dims (N = f32 lanes) as two f32 vectors (load_dim_pair). A bf16
+// block is one load of N 32-bit lanes: the even dims are its low halves shifted up, the odd dims
+// its high halves masked, so a block costs 3 instructions instead of 4 (two widenings and two
+// shifts) and q and the accumulators are kept in that "pair order" (permute_dim_pairs /
+// unpermute_dim_pairs); other dtypes read the block as its two halves in dim order.
+//
+//   unit_logits<kT>       s[j * s_row + h * G + g] = q[h][g] . k_h[j] for a unit's tokens, two
+//                         token rows at a time across all heads (whole rows in address order)
+//   unit_accumulate<kT>   acc[g] += sum_j w[j * s_row + g] v[j] for one KV head's G query heads
+#if defined(PAGEDATTN_CPU_DECODE_UNITS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef PAGEDATTN_CPU_DECODE_UNITS_INL_H_
+#undef PAGEDATTN_CPU_DECODE_UNITS_INL_H_
+#else
+#define PAGEDATTN_CPU_DECODE_UNITS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include <hwy/highway.h>
+
+#include "cpu/decode_rows.h"
+#include "cpu/kv_rows.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace pagedattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR
+// Adds the 128-bit blocks of v and stores the 4 floats.
+template <class D>
+HWY_INLINE void store_block_sum(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    hn::StoreU(v, d, out);
+  } else {
+    const hn::Half<D> dh;
+    store_block_sum(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
+  }
+}
+#endif
+
+// out[0, 4) = the lane sums of a, b, c, e (a transposing reduction: ~13 ops instead of 4 full
+// horizontal sums).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void store_sums4(D d, V a, V b, V c, V e, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  out[0] = hn::GetLane(a), out[1] = hn::GetLane(b), out[2] = hn::GetLane(c), out[3] = hn::GetLane(e);
+#else
+  const hn::RepartitionToWide<D> dw;  // moves pairs of floats as one f64 lane
+  // Per 128-bit block: ab = [a0+a2, b0+b2, a1+a3, b1+b3], ce likewise.
+  const V ab = hn::Add(hn::InterleaveLower(a, b), hn::InterleaveUpper(d, a, b));
+  const V ce = hn::Add(hn::InterleaveLower(c, e), hn::InterleaveUpper(d, c, e));
+  // Per block: [a, b, c, e] partial sums.
+  const V abce = hn::Add(hn::BitCast(d, hn::InterleaveLower(hn::BitCast(dw, ab), hn::BitCast(dw, ce))),
+                         hn::BitCast(d, hn::InterleaveUpper(dw, hn::BitCast(dw, ab), hn::BitCast(dw, ce))));
+  store_block_sum(d, abce, out);
+#endif
+}
+
+// Dims per block of load_dim_pair: two f32 vectors.
+inline std::int64_t dim_pair_block() { return 2 * static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+// Whether the token-major f32 kernels take rows of head_dim elements (whole blocks only).
+inline bool units_support_head_dim(std::int64_t head_dim) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)head_dim;
+  return false;
+#else
+  return head_dim % dim_pair_block() == 0;
+#endif
+}
+
+// Block [c, c + 2N) of a dim-contiguous row as two f32 vectors: for bf16 the even dims (lo) and
+// the odd dims (hi), otherwise [c, c + N) and [c + N, c + 2N).
+template <DType kT, class DF, class V = hn::Vec<DF>>
+HWY_INLINE void load_dim_pair(DF df, const std::byte* row, std::int64_t c, V& lo, V& hi) {
+  if constexpr (kT == DType::kBF16) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto raw = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(row + c * 2));
+    lo = hn::BitCast(df, hn::ShiftLeft<16>(raw));
+    hi = hn::BitCast(df, hn::And(raw, hn::Set(du, 0xFFFF0000u)));
+  } else {
+    const auto N = static_cast<std::size_t>(hn::Lanes(df));
+    lo = load_f32<kT>(df, row, static_cast<std::size_t>(c));
+    hi = load_f32<kT>(df, row, static_cast<std::size_t>(c) + N);
+  }
+}
+
+// Whether load_dim_pair<kT> reorders dims (then q must be permuted and the accumulators
+// unpermuted with the functions below).
+template <DType kT>
+constexpr bool kPairOrder = kT == DType::kBF16;
+
+// x [D] in dim order -> pair order (block by block: the even dims, then the odd ones), in place.
+inline void permute_dim_pairs(float* HWY_RESTRICT x, std::int64_t D) {
+  const std::int64_t B = dim_pair_block(), half = B / 2;
+  HWY_ALIGN float t[2 * HWY_MAX_BYTES / sizeof(float)];
+  for (std::int64_t b = 0; b < D; b += B) {
+    for (std::int64_t k = 0; k < half; ++k) t[k] = x[b + 2 * k], t[half + k] = x[b + 2 * k + 1];
+    std::copy_n(t, B, x + b);
+  }
+}
+
+// The inverse of permute_dim_pairs, in place.
+inline void unpermute_dim_pairs(float* HWY_RESTRICT x, std::int64_t D) {
+  const std::int64_t B = dim_pair_block(), half = B / 2;
+  HWY_ALIGN float t[2 * HWY_MAX_BYTES / sizeof(float)];
+  for (std::int64_t b = 0; b < D; b += B) {
+    for (std::int64_t k = 0; k < half; ++k) t[2 * k] = x[b + k], t[2 * k + 1] = x[b + half + k];
+    std::copy_n(t, B, x + b);
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Logits of kG query heads (q rows D apart) against two key rows k0, k1: s0[g] and, when
+// `second`, s1[g]. 2 x kG accumulators (8 for kG = 4: within the 16 registers of AVX2).
+template <DType kT, int kG>
+HWY_INLINE void logits_pair(const float* HWY_RESTRICT q, std::int64_t D, const std::byte* k0,
+                            const std::byte* k1, float* HWY_RESTRICT s0, float* HWY_RESTRICT s1,
+                            bool second) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  V a0[kG], a1[kG];
+  for (int g = 0; g < kG; ++g) a0[g] = a1[g] = hn::Zero(df);
+  for (std::int64_t c = 0; c < D; c += 2 * N) {
+    V x0l, x0h, x1l, x1h;
+    load_dim_pair<kT>(df, k0, c, x0l, x0h);
+    load_dim_pair<kT>(df, k1, c, x1l, x1h);
+    for (int g = 0; g < kG; ++g) {
+      const V ql = hn::LoadU(df, q + g * D + c), qh = hn::LoadU(df, q + g * D + c + N);
+      a0[g] = hn::MulAdd(qh, x0h, hn::MulAdd(ql, x0l, a0[g]));
+      a1[g] = hn::MulAdd(qh, x1h, hn::MulAdd(ql, x1l, a1[g]));
+    }
+  }
+  HWY_ALIGN float t[4];
+  if constexpr (kG == 4) {
+    store_sums4(df, a0[0], a0[1], a0[2], a0[3], s0);
+    if (second) store_sums4(df, a1[0], a1[1], a1[2], a1[3], s1);
+  } else if constexpr (kG == 2) {
+    store_sums4(df, a0[0], a0[1], a1[0], a1[1], t);
+    s0[0] = t[0], s0[1] = t[1];
+    if (second) s1[0] = t[2], s1[1] = t[3];
+  } else {
+    store_sums4(df, a0[0], a1[0], a0[0], a1[0], t);
+    s0[0] = t[0];
+    if (second) s1[0] = t[1];
+  }
+}
+#endif
+
+// Token-major logits of a unit of rows.n tokens (NHD: rows.k[j] points at head 0 of token j,
+// head h is h * k_head_bytes further): s[j * s_row + h * G + g] = q[h][g] . k_h[j], q being
+// [heads][G][D] f32 (pre-scaled, in load_dim_pair's order). next_k (if any, >= rows.n + 1
+// entries): row pointers of the next unit, whose same (token, head) rows are prefetched along.
+template <DType kT>
+HWY_NOINLINE void unit_logits(const float* HWY_RESTRICT q, std::int64_t heads, std::int64_t G,
+                              std::int64_t D, const BlockRows& rows, std::int64_t k_head_bytes,
+                              const std::byte* const* next_k, float* HWY_RESTRICT s, std::int64_t s_row) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)q, (void)heads, (void)G, (void)D, (void)rows, (void)k_head_bytes, (void)next_k, (void)s, (void)s_row;
+#else
+  const std::int64_t n = rows.n;
+  const std::int64_t row_bytes = D * static_cast<std::int64_t>(sizeof(KVStorage<kT>));
+  for (std::int64_t j = 0; j < n; j += 2) {
+    const bool second = j + 1 < n;
+    const std::byte* r0 = rows.k[j];
+    const std::byte* r1 = rows.k[second ? j + 1 : j];
+    for (std::int64_t h = 0; h < heads; ++h) {
+      if (next_k != nullptr) {
+        prefetch_span(next_k[j] + h * k_head_bytes, row_bytes);
+        prefetch_span(next_k[j + 1] + h * k_head_bytes, row_bytes);
+      }
+      const std::byte* k0 = r0 + h * k_head_bytes;
+      const std::byte* k1 = r1 + h * k_head_bytes;
+      float* s0 = s + j * s_row + h * G;
+      for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
+        logits_pair<kT, kG>(q + (h * G + g0) * D, D, k0, k1, s0 + g0, s0 + s_row + g0, second);
+      });
+    }
+  }
+#endif
+}
+
+// Spans of a later unit to prefetch while a kernel runs: `count` spans of `bytes` from each of
+// rows[0, count).
+struct AheadSpans {
+  const std::byte* const* rows = nullptr;
+  std::int64_t count = 0, bytes = 0;
+};
+
+#if HWY_TARGET != HWY_SCALAR
+// acc[g] += sum_j w[j * s_row + g] v[j] for g < kG (acc rows D apart), block by block of 2N
+// dims with the block's 2 x kG accumulators in registers across the keys; `ahead` is spread
+// over the blocks.
+template <DType kT, int kG>
+HWY_INLINE void accumulate_tile(float* HWY_RESTRICT acc, std::int64_t D, const std::byte* const* v,
+                                std::int64_t n, const float* HWY_RESTRICT w, std::int64_t s_row,
+                                const AheadSpans& ahead) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t blocks = D / (2 * N);
+  for (std::int64_t c = 0, b = 0; c < D; c += 2 * N, ++b) {
+    for (std::int64_t j = ahead.count * b / blocks; j < ahead.count * (b + 1) / blocks; ++j) {
+      prefetch_span(ahead.rows[j], ahead.bytes);
+    }
+    V al[kG], ah[kG];
+    for (int g = 0; g < kG; ++g) al[g] = hn::LoadU(df, acc + g * D + c), ah[g] = hn::LoadU(df, acc + g * D + c + N);
+    for (std::int64_t j = 0; j < n; ++j) {
+      V xl, xh;
+      load_dim_pair<kT>(df, v[j], c, xl, xh);
+      for (int g = 0; g < kG; ++g) {
+        const V wv = hn::Set(df, w[j * s_row + g]);
+        al[g] = hn::MulAdd(wv, xl, al[g]);
+        ah[g] = hn::MulAdd(wv, xh, ah[g]);
+      }
+    }
+    for (int g = 0; g < kG; ++g) hn::StoreU(al[g], df, acc + g * D + c), hn::StoreU(ah[g], df, acc + g * D + c + N);
+  }
+}
+#endif
+
+// acc [G][D] (one KV head's query heads, load_dim_pair's order) += sum_j w[j * s_row + g] v[j]
+// for the unit's n rows v[j] of that head, prefetching `ahead` along.
+template <DType kT>
+HWY_NOINLINE void unit_accumulate(float* HWY_RESTRICT acc, std::int64_t G, std::int64_t D,
+                                  const std::byte* const* v, std::int64_t n, const float* HWY_RESTRICT w,
+                                  std::int64_t s_row, const AheadSpans& ahead) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)acc, (void)G, (void)D, (void)v, (void)n, (void)w, (void)s_row, (void)ahead;
+#else
+  bool first = true;
+  for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
+    accumulate_tile<kT, kG>(acc + g0 * D, D, v, n, w + g0, s_row, first ? ahead : AheadSpans{});
+    first = false;
+  });
+#endif
+}
+
+}  // namespace pagedattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
