@@ -5,15 +5,11 @@
 # (tools/device/run_gpu_suite.sh makes one).
 # Usage: tools/device/profile_decode.sh "NAME: bench options" ...
 #   e.g. tools/device/profile_decode.sh "gqa-b64: --batch 64 --seq-len 2048 --heads 32/8"
-set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-RESULTS_DIR=${RESULTS_DIR:-${OUT:-$PWD/bench/results/local}}
-mkdir -p "$RESULTS_DIR"
+# shellcheck source=tools/device/profile_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/profile_common.sh"
 for spec in "$@"; do
-  name=${spec%%:*}
-  read -r -a opts <<<"${spec#*:}"
+  parse_spec "$spec"
   bench=(build-gpu/pagedattn bench decode --device cuda --iters 3 --warmup 1 "${opts[@]}")
-  echo "==> $name: ${opts[*]}"
   ncu --kernel-name regex:'decode|merge' --metrics gpu__time_duration.sum,dram__bytes_read.sum.per_second \
     --csv "${bench[@]}" >"$RESULTS_DIR/ncu-$name-times.csv" 2>"$RESULTS_DIR/ncu-$name-times.err"
   python3 - "$RESULTS_DIR/ncu-$name-times.csv" <<'PY'

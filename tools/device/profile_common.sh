@@ -1,0 +1,14 @@
+# shellcheck shell=bash
+# Sourced by the tools/device profiling scripts: moves to the repository root, sets RESULTS_DIR
+# (default $OUT, else bench/results/local) and reads their "NAME: bench options" arguments.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+RESULTS_DIR=${RESULTS_DIR:-${OUT:-$PWD/bench/results/local}}
+mkdir -p "$RESULTS_DIR"
+
+# parse_spec "NAME: bench options": sets `name` and the array `opts`, and prints the case.
+parse_spec() {
+  name=${1%%:*}
+  read -r -a opts <<<"${1#*:}"
+  echo "==> $name: ${opts[*]}"
+}
