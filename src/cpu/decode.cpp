@@ -284,7 +284,7 @@ struct DecodeKernel {
   bool bf16 = false;         // the AVX512-BF16 micro-kernels (bf16 q/KV/out, direct rows)
   std::int64_t Dp = 0;       // their padded head dim (bf16_padded_dim)
   // Token-major units on f32 FMAs (decode_units-inl.h) where bf16 does not apply: direct rows
-  // of a head_dim in whole dim-pair blocks, several heads per item.
+  // of a head_dim in whole dim-pair blocks, several heads per item (NHD).
   bool units = false;
   // Several heads per item (NHD) on either kernel family: keys in token-major units, see
   // attend_units().
@@ -441,7 +441,9 @@ struct DecodeKernel {
     const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
     const std::int64_t kh_bytes = p.kv.k.head_stride * kElem, vh_bytes = p.kv.v.head_stride * kElem;
     const std::int64_t span = (heads - 1) * std::max(kh_bytes, vh_bytes) + D * kElem;
-    const std::int64_t HG = heads * G, row = unit_row(HG);
+    // Token-major rows of logits: whole vectors of query heads (bf16: 16 lanes, as the pairing wants).
+    const auto lanes = static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+    const std::int64_t HG = heads * G, row = bf16 ? unit_row(HG) : (HG + lanes - 1) / lanes * lanes;
     float* s = sc.s.get();
     auto* w = reinterpret_cast<std::uint32_t*>(sc.pairs.get());
     std::fill_n(sc.m.get() + HG, row - HG, detail::kNegInf);
@@ -649,7 +651,9 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
     }
   }
   if (direct) {
-    // PAGEDATTN_CPU_DECODE_UNITS=0 keeps the head-major order of attend_keys instead.
+    // PAGEDATTN_CPU_DECODE_UNITS=0 keeps the key blocks of attend_keys instead.
+    // Several heads per item (NHD) only: a single head's units (HND) measured slower than its
+    // key blocks from DRAM (docs/perf-notes.md).
     const bool units = H > 1 && units_support_head_dim(D) && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_UNITS");
     DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units}.run(plan, part, threads);
   } else {
