@@ -38,6 +38,7 @@
 #include "cpu/decode_rows.h"
 #include "cpu/decode_units-inl.h"
 #include "cpu/kv_rows.h"
+#include "cpu/lane_sums-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace pagedattn::cpu::HWY_NAMESPACE {
@@ -57,8 +58,12 @@ constexpr int kLogitTile = 2;
 #else
 constexpr int kLogitTile = 4;
 #endif
-// Floats per token of a unit's token-major logits: all query heads, padded to 16 lanes.
-constexpr std::int64_t unit_row(std::int64_t query_heads) { return (query_heads + 15) / 16 * 16; }
+// Floats per token of a unit's token-major logits: all query heads, padded to 16 lanes for the
+// bf16 kernels' pairing, else to whole f32 vectors.
+inline std::int64_t unit_row(std::int64_t query_heads, bool bf16) {
+  const std::int64_t lanes = bf16 ? 16 : static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  return (query_heads + lanes - 1) / lanes * lanes;
+}
 
 // Per-thread f32 scratch for items of `heads` KV heads.
 struct Scratch {
@@ -71,7 +76,7 @@ struct Scratch {
           bool token_major) {
     const auto hg = static_cast<std::size_t>(heads * group);
     const auto hgd = hg * static_cast<std::size_t>(head_dim);
-    const auto row = static_cast<std::size_t>(unit_row(heads * group));  // >= hg, padded
+    const auto row = static_cast<std::size_t>(unit_row(heads * group, bf16));  // >= hg, padded
     q = hwy::AllocateAligned<float>(hgd);    // [heads][group][head_dim], pre-scaled
     acc = hwy::AllocateAligned<float>(hgd);  // [heads][group][head_dim]
     // [group][kBlock], or [kUnit][row] (token-major units)
@@ -290,7 +295,7 @@ struct DecodeKernel {
   // attend_units().
   bool token_major() const { return (bf16 || units) && heads > 1; }
   // q and the accumulators in load_dim_pair's pair order (f32 units over a bf16 cache).
-  bool pair_order() const { return units && !bf16 && kPairOrder<kCacheT>; }
+  bool pair_order() const { return token_major() && !bf16 && kPairOrder<kCacheT>; }
 
   // Row pointers of head `kh` for keys [t0, t0 + n) of the item's sequence (page-table lookup
   // once per page). Gathered layouts are converted into the thread's f32 tiles here.
@@ -441,9 +446,7 @@ struct DecodeKernel {
     const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
     const std::int64_t kh_bytes = p.kv.k.head_stride * kElem, vh_bytes = p.kv.v.head_stride * kElem;
     const std::int64_t span = (heads - 1) * std::max(kh_bytes, vh_bytes) + D * kElem;
-    // Token-major rows of logits: whole vectors of query heads (bf16: 16 lanes, as the pairing wants).
-    const auto lanes = static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>()));
-    const std::int64_t HG = heads * G, row = bf16 ? unit_row(HG) : (HG + lanes - 1) / lanes * lanes;
+    const std::int64_t HG = heads * G, row = unit_row(HG, bf16);
     float* s = sc.s.get();
     auto* w = reinterpret_cast<std::uint32_t*>(sc.pairs.get());
     std::fill_n(sc.m.get() + HG, row - HG, detail::kNegInf);
@@ -451,23 +454,25 @@ struct DecodeKernel {
     // Prefetch distance: one unit (two measured no better; see docs/perf-notes.md).
     constexpr int kRing = 2, dist = 1;
     BlockRows rows[kRing], head_rows;
-    const std::int64_t units = (it.end - it.begin + kUnit - 1) / kUnit;
+    const std::int64_t num_units = (it.end - it.begin + kUnit - 1) / kUnit;
     auto fill_unit = [&](std::int64_t u) {
       const std::int64_t t = it.begin + u * kUnit;
       fill_rows(pages, it.kv_head, t, std::min(kUnit, it.end - t), rows[u % kRing], sc);
     };
-    for (std::int64_t u = 0; u < std::min<std::int64_t>(dist, units); ++u) fill_unit(u);
+    for (std::int64_t u = 0; u < std::min<std::int64_t>(dist, num_units); ++u) fill_unit(u);
     const std::byte* next_k[kUnit + 1];
     const std::byte* next_v[kUnit + 1];
     const std::byte* pf_v[kUnit + 1];
-    for (std::int64_t u = 0; u < units; ++u) {
+    for (std::int64_t u = 0; u < num_units; ++u) {
       const std::int64_t t0 = it.begin + u * kUnit;
       const BlockRows& r = rows[u % kRing];
       const std::int64_t n = r.n;
-      // The unit `dist` ahead: its rows mirror the current access pattern, so each (quad,
-      // head) of the logits prefetches the same quad and head of its K rows and each key pair
-      // of the p.v the same chunks of its V rows (clamped row lists, no branches).
-      const bool ahead = u + dist < units;
+      // The unit `dist` ahead: its rows mirror the current access pattern, so each group of
+      // token rows (a quad on bf16, a pair on the f32 units) and head of the logits prefetches
+      // the same rows and head of its K, and the p.v of each head the same head's V rows (bf16:
+      // a few chunks per key pair; f32 units: a few rows per dim block). Clamped row lists, no
+      // branches.
+      const bool ahead = u + dist < num_units;
       if (ahead) {
         fill_unit(u + dist);
         const BlockRows& nx = rows[(u + dist) % kRing];

@@ -29,45 +29,17 @@
 
 #include "cpu/decode_rows.h"
 #include "cpu/kv_rows.h"
+#include "cpu/lane_sums-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace pagedattn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-#if HWY_TARGET != HWY_SCALAR
-// Adds the 128-bit blocks of v and stores the 4 floats.
-template <class D>
-HWY_INLINE void store_block_sum(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
-  if constexpr (hn::MaxLanes(D()) <= 4) {
-    hn::StoreU(v, d, out);
-  } else {
-    const hn::Half<D> dh;
-    store_block_sum(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
-  }
-}
-#endif
-
-// out[0, 4) = the lane sums of a, b, c, e (a transposing reduction: ~13 ops instead of 4 full
-// horizontal sums).
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void store_sums4(D d, V a, V b, V c, V e, float* HWY_RESTRICT out) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)d;
-  out[0] = hn::GetLane(a), out[1] = hn::GetLane(b), out[2] = hn::GetLane(c), out[3] = hn::GetLane(e);
-#else
-  const hn::RepartitionToWide<D> dw;  // moves pairs of floats as one f64 lane
-  // Per 128-bit block: ab = [a0+a2, b0+b2, a1+a3, b1+b3], ce likewise.
-  const V ab = hn::Add(hn::InterleaveLower(a, b), hn::InterleaveUpper(d, a, b));
-  const V ce = hn::Add(hn::InterleaveLower(c, e), hn::InterleaveUpper(d, c, e));
-  // Per block: [a, b, c, e] partial sums.
-  const V abce = hn::Add(hn::BitCast(d, hn::InterleaveLower(hn::BitCast(dw, ab), hn::BitCast(dw, ce))),
-                         hn::BitCast(d, hn::InterleaveUpper(dw, hn::BitCast(dw, ab), hn::BitCast(dw, ce))));
-  store_block_sum(d, abce, out);
-#endif
-}
-
 // Dims per block of load_dim_pair: two f32 vectors.
 inline std::int64_t dim_pair_block() { return 2 * static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>())); }
+
+// The most dims a block may have (the permutations' stack buffer): wider vectors fall back.
+inline constexpr std::int64_t kMaxDimPairBlock = 128;
 
 // Whether the token-major f32 kernels take rows of head_dim elements (whole blocks only).
 inline bool units_support_head_dim(std::int64_t head_dim) {
@@ -75,7 +47,7 @@ inline bool units_support_head_dim(std::int64_t head_dim) {
   (void)head_dim;
   return false;
 #else
-  return head_dim % dim_pair_block() == 0;
+  return dim_pair_block() <= kMaxDimPairBlock && head_dim % dim_pair_block() == 0;
 #endif
 }
 
@@ -84,6 +56,8 @@ inline bool units_support_head_dim(std::int64_t head_dim) {
 template <DType kT, class DF, class V = hn::Vec<DF>>
 HWY_INLINE void load_dim_pair(DF df, const std::byte* row, std::int64_t c, V& lo, V& hi) {
   if constexpr (kT == DType::kBF16) {
+    // The low half of a little-endian 32-bit lane is the even element.
+    static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pair order assumes little-endian lanes");
     const hn::RebindToUnsigned<DF> du;
     const auto raw = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(row + c * 2));
     lo = hn::BitCast(df, hn::ShiftLeft<16>(raw));
@@ -103,7 +77,7 @@ constexpr bool kPairOrder = kT == DType::kBF16;
 // x [D] in dim order -> pair order (block by block: the even dims, then the odd ones), in place.
 inline void permute_dim_pairs(float* HWY_RESTRICT x, std::int64_t D) {
   const std::int64_t B = dim_pair_block(), half = B / 2;
-  HWY_ALIGN float t[2 * HWY_MAX_BYTES / sizeof(float)];
+  float t[kMaxDimPairBlock];
   for (std::int64_t b = 0; b < D; b += B) {
     for (std::int64_t k = 0; k < half; ++k) t[k] = x[b + 2 * k], t[half + k] = x[b + 2 * k + 1];
     std::copy_n(t, B, x + b);
@@ -113,7 +87,7 @@ inline void permute_dim_pairs(float* HWY_RESTRICT x, std::int64_t D) {
 // The inverse of permute_dim_pairs, in place.
 inline void unpermute_dim_pairs(float* HWY_RESTRICT x, std::int64_t D) {
   const std::int64_t B = dim_pair_block(), half = B / 2;
-  HWY_ALIGN float t[2 * HWY_MAX_BYTES / sizeof(float)];
+  float t[kMaxDimPairBlock];
   for (std::int64_t b = 0; b < D; b += B) {
     for (std::int64_t k = 0; k < half; ++k) t[2 * k] = x[b + k], t[2 * k + 1] = x[b + half + k];
     std::copy_n(t, B, x + b);

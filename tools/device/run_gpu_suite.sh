@@ -7,7 +7,7 @@
 #      bench/torch_sdpa_prefill.py (SDPA and flex_attention) in the same call, and
 #      `pagedattn bench cascade --device cuda` (shared prefix: plain decode vs. the cascade);
 #   4. write the JSON records and a Markdown table to RESULTS_DIR (default: $OUT if set, else
-#      bench/results/local).
+#      bench/results/local), and all of it as RESULTS_DIR/0-suite-results.tar.gz.
 # Build dependencies missing on the machine are taken from .deps/*.deb (tools/device/fetch_deps.sh).
 # Usage: tools/device/run_gpu_suite.sh [--skip-build] [--skip-tests] [--skip-bench]
 set -uo pipefail
@@ -70,4 +70,8 @@ if ((!skip_bench)); then
   build-gpu/pagedattn bench cascade --device cuda --json --out "$RESULTS_DIR/cascade_cuda.json" >/dev/null || status=1
   python3 tools/device/results_table.py "$RESULTS_DIR/cascade_cuda.json" | tee "$RESULTS_DIR/cascade.md"
 fi
+# Everything above in one archive as well, for transports that bring back only a few files (its
+# name sorts first).
+bundle=$(mktemp)
+tar -czf "$bundle" -C "$RESULTS_DIR" --exclude=0-suite-results.tar.gz . && mv "$bundle" "$RESULTS_DIR/0-suite-results.tar.gz" || status=1
 exit $status
