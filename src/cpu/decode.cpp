@@ -435,7 +435,7 @@ struct DecodeKernel {
   // Token-major order (NHD: a token's K row holds all the item's heads, likewise V). Keys
   // go in units of up to kUnit consecutive tokens. The logits of a unit are computed for all
   // heads a few token rows at a time (whole rows in address order: a quad on the bf16 dot
-  // products, a pair on f32 FMAs) and stored token-major, [token][head * G + g], so the online
+  // products, one row on f32 FMAs) and stored token-major, [token][head * G + g], so the online
   // softmax of all query heads runs lane-parallel (no horizontal reductions); the p.v runs per
   // head over the unit's V rows (accumulators loaded and stored once per (unit, head); bf16
   // pairs the weights first). The next unit's K and V rows are prefetched, spread over the

@@ -56,7 +56,7 @@ struct DecodeKernelParams {
   // The maps are 5-d instead, (dim % 64, slot, dim / 64, head, page): a box is a tile's 16 rows
   // of every dim (page_tensor_map.h), one box per tile of K and of V.
   bool tma_whole_rows = false;
-  // The TMA kernel requests a block-table row's first page ids before the sequence's length.
+  // The tensor-core kernels request a block-table row's first page ids before the sequence's length.
   bool speculate_pages = true;
   CUtensorMap k_tiles, v_tiles;
 };

@@ -134,11 +134,12 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   // A block-table row without a window: the split's first page ids sit at a place of the row
   // known from the block index, so they are requested now, beside the length init_cta reads,
   // instead of after it (one dependent global round trip less before the first tile). Ids
-  // past the sequence's pages are read from the row but never used.
+  // past the sequence's pages are read from the row but never used. (TMA and cp.async tiles
+  // alike: both wait for the ids before their first copy.)
   const std::int64_t spec_cp0 = cta.split * prm.partition_tokens / P;
   std::int64_t spec_cp1 = spec_cp0;
   bool speculated = false;
-  if constexpr (kTma) {
+  {
     const detail::PageTableAccess& tb = p.table;
     if (prm.speculate_pages && tb.bt_cols > 0 && p.seq_to_row == nullptr && p.variant.window_left < 0) {
       speculated = true;

@@ -94,7 +94,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     constexpr std::uint32_t kOutside = 0xffffffffu;
     // Each warp copies 32 rows of a tile: lane l finds row 32 * warp + l's K and V offsets in
     // 16-byte units (a tile ahead, so the page-table load is in flight while the warp waits and
-    // copies), then the warp copies two rows (16 lanes x 16 bytes each) per pass.
+    // copies), then the warp copies two rows (16 lanes x 16 bytes each) per pass. The offsets
+    // are stored odd rows after even ones, so that a thread's rows of two passes (2 pass + hi,
+    // 2 pass + 2 + hi) are one 16-byte shared load: the gather's shared loads and copies share
+    // the MIO queue with the consumers, which kept page-size-1 tiles waiting (perf-notes, v14).
     uint2* my_rows = s_rows + warp * 32;
     auto find_row = [&](int j) {
       const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + warp * 32 + lane;
@@ -119,13 +122,19 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     std::uint32_t swizzle[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) swizzle[q] = ((chunk & 7) ^ ((2 * q + hi) & 7)) << 4;
+    const uint4* my_pass_pairs = reinterpret_cast<const uint4*>(my_rows + hi * 16);
     auto copy_tile = [&](std::uint32_t tile, const T* base, auto is_v) {
 #pragma unroll
-      for (int pass = 0; pass < 16; ++pass) {
-        const uint2 row = my_rows[2 * pass + hi];
-        const std::uint32_t off = decltype(is_v)::value ? row.y : row.x;  // outside the keys: zeros (masked, never NaN)
-        sm90::cp_async_16_or_zeros(tile + dst_base + pass_offset(pass) + swizzle[pass & 3],
-                                   base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8, off != kOutside);
+      for (int pair = 0; pair < 8; ++pair) {
+        const uint4 rows = my_pass_pairs[pair];  // passes 2 pair and 2 pair + 1
+#pragma unroll
+        for (int odd = 0; odd < 2; ++odd) {
+          const int pass = 2 * pair + odd;
+          const std::uint32_t off = decltype(is_v)::value ? (odd ? rows.w : rows.y) : (odd ? rows.z : rows.x);
+          // Outside the keys: zeros (masked, never NaN).
+          sm90::cp_async_16_or_zeros(tile + dst_base + pass_offset(pass) + swizzle[pass & 3],
+                                     base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8, off != kOutside);
+        }
       }
     };
     // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
@@ -176,7 +185,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         }
       } else {
         __syncwarp();  // the warp's reads of the previous tile's rows are done
-        my_rows[lane] = next;
+        my_rows[(lane & 1) * 16 + (lane >> 1)] = next;
         __syncwarp();
         copy_tile(k_tile, k_base, std::false_type{});
         sm90::mbarrier_arrive_on_copies(&full_k[stage]);
