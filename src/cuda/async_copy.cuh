@@ -42,6 +42,10 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
+// `count` arrivals in one operation (sm_90).
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar, std::uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
 // One arrival once all of this thread's earlier cp.async copies have landed.
 __device__ __forceinline__ void mbarrier_arrive_on_copies(std::uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");

@@ -171,12 +171,14 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::uint32_t k_tile = sm90::smem_address(s_k + stage * Shape::kTileBytes);
       const std::uint32_t v_tile = sm90::smem_address(s_v + stage * Shape::kTileBytes);
       if (by_tma(j)) {
+        // The full barriers count 128 arrivals (a gathered tile's copies arrive per thread);
+        // here thread 0 makes them all, in two operations per barrier instead of 128 threads'
+        // arrivals in the MIO queue the consumers share.
         if (wt == 0) {
           sm90::mbarrier_arrive_expect_tx(&full_k[stage], Shape::kTileBytes);
+          sm90::mbarrier_arrive(&full_k[stage], 127);
           sm90::mbarrier_arrive_expect_tx(&full_v[stage], Shape::kTileBytes);
-        } else {
-          sm90::mbarrier_arrive(&full_k[stage]);
-          sm90::mbarrier_arrive(&full_v[stage]);
+          sm90::mbarrier_arrive(&full_v[stage], 127);
         }
         if (warp == 0) {
           __syncwarp();  // lane 0's expect_tx comes before any box lands
