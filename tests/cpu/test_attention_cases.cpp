@@ -1,6 +1,7 @@
 // Every case of the standard table: the library (fast implementation, and the reference
 // implementation on a subset) against the dense double-precision oracle over the values the
-// paged cache actually stores. PAGEDATTN_QUICK_TESTS=1 selects the quick table (sanitizer builds).
+// paged cache actually stores. PAGEDATTN_QUICK_TESTS=1 selects the quick table (sanitizer builds);
+// PAGEDATTN_TEST_SIMD_TARGET runs it on a lower SIMD target (testing/simd_target.h).
 #include <cctype>
 #include <cstdlib>
 #include <set>
@@ -11,6 +12,8 @@
 #include "attention_case.h"
 #include "paged_fixture.h"
 #include "pagedattn/context.h"
+#include "pagedattn/system_info.h"
+#include "simd_target.h"
 
 namespace pagedattn::testing {
 
@@ -18,6 +21,9 @@ namespace pagedattn::testing {
 void PrintTo(const AttentionCase& c, std::ostream* os) { *os << describe(c); }
 
 namespace {
+
+// Applied before any test dispatches a kernel.
+[[maybe_unused]] const SimdTargetRequest& kSimdTarget = simd_target_request();
 
 bool quick_tests() {
   const char* env = std::getenv("PAGEDATTN_QUICK_TESTS");
@@ -72,6 +78,7 @@ class FastVsOracle : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(FastVsOracle, MatchesDenseReference) {
   if (!selected(GetParam())) GTEST_SKIP() << "not in the quick table";
+  if (!simd_target_request().available) GTEST_SKIP() << simd_target_request().name << " is not available here";
   const CaseResult r = run_case(GetParam(), Context::cpu());
   EXPECT_TRUE(r.passed) << describe(GetParam()) << "\n  " << r.message;
 }
@@ -90,6 +97,14 @@ TEST_P(ReferenceVsOracle, MatchesDenseReference) {
 
 INSTANTIATE_TEST_SUITE_P(Standard, ReferenceVsOracle, ::testing::ValuesIn(reference_subset()),
                          case_name);
+
+// A requested target must be the one the kernels run on, or the runs above test nothing new.
+TEST(AttentionCases, RunOnTheRequestedSimdTarget) {
+  const SimdTargetRequest& r = simd_target_request();
+  if (r.name.empty()) GTEST_SKIP() << "no PAGEDATTN_TEST_SIMD_TARGET";
+  if (!r.available) GTEST_SKIP() << r.name << " is not compiled in or not supported by this CPU";
+  EXPECT_EQ(cpu_simd_target(), r.name);
+}
 
 // Determinism (DESIGN.md §3): the same inputs give bit-identical outputs, here with different
 // thread counts too, since a kernel's split of the work must not change its arithmetic.
