@@ -39,6 +39,7 @@
 #include "cpu/decode_units-inl.h"
 #include "cpu/kv_rows.h"
 #include "cpu/lane_sums-inl.h"
+#include "cpu/row_convert.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace pagedattn::cpu::HWY_NAMESPACE {
@@ -405,7 +406,7 @@ struct DecodeKernel {
           std::memcpy(q16, qrow, static_cast<std::size_t>(D) * sizeof(std::uint16_t));
         } else {
           float* qf = sc.q.get() + (hi * G + g) * D;
-          for (std::int64_t d = 0; d < D; ++d) qf[d] = load_as_float(qrow, qo.q_dtype, d) * q_scale;
+          load_scaled_row(qrow, qo.q_dtype, D, q_scale, qf);
           if (pair_order()) permute_dim_pairs(qf, D);
         }
         sc.m[hi * G + g] = detail::kNegInf;

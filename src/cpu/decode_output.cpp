@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/row_convert.h"
 #include "pagedattn/dtype.h"
 
 namespace pagedattn::cpu {
@@ -31,13 +32,7 @@ void write_head(const detail::AttentionProblem& p, std::int64_t s, std::int64_t 
   const std::int64_t t = p.q_begin(s);
   std::byte* orow = qo.out + (t * qo.out_token_stride + h * qo.out_head_stride) *
                                  static_cast<std::int64_t>(dtype_size(qo.out_dtype));
-  const std::int64_t D = p.head_dim;
-  if (qo.out_dtype == DType::kF32) {
-    auto* o = reinterpret_cast<float*>(orow);
-    for (std::int64_t d = 0; d < D; ++d) o[d] = acc[d] * factor;
-  } else {
-    for (std::int64_t d = 0; d < D; ++d) store_from_float(orow, qo.out_dtype, d, acc[d] * factor);
-  }
+  store_scaled_row(acc, p.head_dim, factor, qo.out_dtype, orow);
   if (qo.lse) {
     qo.lse[t * qo.lse_token_stride + h * qo.lse_head_stride] =
         denom > 0.0f ? m_all + std::log(denom) : detail::kNegInf;
