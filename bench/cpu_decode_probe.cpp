@@ -1,0 +1,106 @@
+// A CPU decode probe for kernel work: one decode call (GQA, NHD, page 16, shuffled pages) timed
+// over many calls, with nothing else in the process worth counting, so that
+//   valgrind --tool=callgrind --toggle-collect='pagedattn::decode*' build/bench/cpu_decode_probe ...
+// counts the decode's instructions alone (`pagedattn bench` spends billions filling its pools
+// and measuring its ceiling), and timings of a single thread or of the KV in L2/L3 are easy to
+// take. Not a benchmark of record: `pagedattn bench decode` is (docs/perf-notes.md).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/ops.h"
+#include "pagedattn/page_table.h"
+
+namespace {
+
+std::uint16_t to_bf16_bits(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace pagedattn;
+  int batch = 1, seq_len = 1024, iters = 10, threads = 1, kv_sets = 1, q_heads = 32, kv_heads = 8;
+  std::string kv_dtype = "bf16";
+  CLI::App app{"CPU decode probe: GQA decode over shuffled NHD pages, bf16 q/out"};
+  app.add_option("--batch", batch, "Sequences")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--seq-len", seq_len, "Tokens per sequence")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--iters", iters, "Calls timed")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--kv-sets", kv_sets, "Disjoint KV sets rotated between calls (more: from DRAM)")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--q-heads", q_heads, "Query heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--kv-heads", kv_heads, "KV heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--kv-dtype", kv_dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  constexpr int kPage = 16, kDim = 128;
+  const bool f32 = kv_dtype == "f32";
+  const int pages_per_seq = (seq_len + kPage - 1) / kPage;
+  const std::int64_t pages = static_cast<std::int64_t>(batch) * pages_per_seq * kv_sets;
+  const KVCacheSpec spec{.layout = KVLayout::kNHD, .dtype = f32 ? DType::kF32 : DType::kBF16, .num_pages = pages,
+                         .page_size = kPage, .num_kv_heads = kv_heads, .head_dim = kDim};
+  const std::size_t elem = f32 ? 4 : 2;
+  std::vector<std::uint8_t> k_pool(spec.elements_per_tensor() * elem), v_pool(spec.elements_per_tensor() * elem);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto* pool : {&k_pool, &v_pool}) {
+    if (f32) {
+      for (std::size_t i = 0; i < pool->size(); i += 4) {
+        const float x = uniform(rng);
+        std::memcpy(pool->data() + i, &x, 4);
+      }
+    } else {
+      for (std::size_t i = 0; i < pool->size(); i += 2) {
+        const std::uint16_t h = to_bf16_bits(uniform(rng));
+        std::memcpy(pool->data() + i, &h, 2);
+      }
+    }
+  }
+  const PagedKV cache = spec.make_views(k_pool.data(), v_pool.data());
+  std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<BlockTableData> tables(static_cast<std::size_t>(kv_sets));
+  for (int set = 0; set < kv_sets; ++set) {
+    BlockTableData& t = tables[static_cast<std::size_t>(set)];
+    t.num_seqs = batch;
+    t.max_pages = pages_per_seq;
+    for (int b = 0; b < batch; ++b) {
+      t.seq_lens.push_back(seq_len);
+      for (int p = 0; p < pages_per_seq; ++p) {
+        t.block_table.push_back(order[static_cast<std::size_t>((set * batch + b) * pages_per_seq + p)]);
+      }
+    }
+  }
+  const std::int64_t q_elems = static_cast<std::int64_t>(batch) * q_heads * kDim;
+  std::vector<std::uint16_t> q(static_cast<std::size_t>(q_elems)), out(q.size());
+  for (auto& x : q) x = to_bf16_bits(uniform(rng));
+
+  const Context ctx = Context::cpu(threads);
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    decode(ctx, TensorView(q.data(), DType::kBF16, {batch, q_heads, kDim}), cache,
+           tables[static_cast<std::size_t>(i % kv_sets)].view(), AttentionParams{},
+           TensorView(out.data(), DType::kBF16, {batch, q_heads, kDim}));
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  const double key_heads = static_cast<double>(batch) * seq_len * kv_heads;
+  const double median = us[us.size() / 2];
+  std::printf("median %.1f us, min %.1f us; ns per (key, KV head) and thread: median %.1f, min %.1f\n", median,
+              us.front(), median * 1e3 * threads / key_heads, us.front() * 1e3 * threads / key_heads);
+  return 0;
+}
