@@ -51,6 +51,7 @@ constexpr std::int64_t kBlock = kDecodeBlock;
 constexpr std::int64_t kCacheLine = kDecodeCacheLine;
 constexpr std::int64_t kAhead = kDecodeAhead;
 constexpr std::int64_t kUnit = 16;  // tokens per unit of the token-major order
+
 // exp(x) for the softmax's x <= 0 (x - max): 2^n * p(f) with x log2(e) = n + f, |f| <= 1/2, and
 // p the degree-6 Taylor polynomial of 2^f (relative error < 2e-7); results below 2^-126 are 0,
 // -inf gives 0 and NaN stays NaN. About half the instructions of hn::Exp, which also covers
