@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/row_convert.h"
 
 namespace pagedattn::cpu {
 
@@ -46,9 +47,7 @@ void merge_states(std::span<const StateView> inputs, const StateView& out, const
       const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
       std::byte* o = out.v + (r * out.v_row_stride + h * out.v_head_stride) *
                                  static_cast<std::int64_t>(dtype_size(out.dtype));
-      for (std::int64_t d = 0; d < head_dim; ++d) {
-        store_from_float(o, out.dtype, d, acc[static_cast<std::size_t>(d)] * inv);
-      }
+      store_scaled_row(acc.data(), head_dim, inv, out.dtype, o);
       if (out.lse) {
         out.lse[r * out.lse_row_stride + h * out.lse_head_stride] =
             denom > 0.0f ? m + std::log(denom) : kNegInf;
