@@ -8,26 +8,17 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "bench_common.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/page_table.h"
-
-namespace {
-
-std::uint16_t to_bf16_bits(float x) {
-  std::uint32_t u = 0;
-  std::memcpy(&u, &x, sizeof u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace pagedattn;
@@ -49,29 +40,17 @@ int main(int argc, char** argv) {
   const bool f32 = kv_dtype == "f32";
   const int pages_per_seq = (seq_len + kPage - 1) / kPage;
   const std::int64_t pages = static_cast<std::int64_t>(batch) * pages_per_seq * kv_sets;
-  const KVCacheSpec spec{.layout = KVLayout::kNHD, .dtype = f32 ? DType::kF32 : DType::kBF16, .num_pages = pages,
+  const DType kv = f32 ? DType::kF32 : DType::kBF16;
+  const KVCacheSpec spec{.layout = KVLayout::kNHD, .dtype = kv, .num_pages = pages,
                          .page_size = kPage, .num_kv_heads = kv_heads, .head_dim = kDim};
-  const std::size_t elem = f32 ? 4 : 2;
-  std::vector<std::uint8_t> k_pool(spec.elements_per_tensor() * elem), v_pool(spec.elements_per_tensor() * elem);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (auto* pool : {&k_pool, &v_pool}) {
-    if (f32) {
-      for (std::size_t i = 0; i < pool->size(); i += 4) {
-        const float x = uniform(rng);
-        std::memcpy(pool->data() + i, &x, 4);
-      }
-    } else {
-      for (std::size_t i = 0; i < pool->size(); i += 2) {
-        const std::uint16_t h = to_bf16_bits(uniform(rng));
-        std::memcpy(pool->data() + i, &h, 2);
-      }
-    }
-  }
+  const std::size_t bytes = static_cast<std::size_t>(spec.elements_per_tensor()) * dtype_size(kv);
+  std::vector<std::uint8_t> k_pool(bytes), v_pool(bytes);
+  bench::fill_random(k_pool.data(), kv, spec.elements_per_tensor(), 1);
+  bench::fill_random(v_pool.data(), kv, spec.elements_per_tensor(), 2);
   const PagedKV cache = spec.make_views(k_pool.data(), v_pool.data());
   std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
   std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
   std::vector<BlockTableData> tables(static_cast<std::size_t>(kv_sets));
   for (int set = 0; set < kv_sets; ++set) {
     BlockTableData& t = tables[static_cast<std::size_t>(set)];
@@ -86,7 +65,7 @@ int main(int argc, char** argv) {
   }
   const std::int64_t q_elems = static_cast<std::int64_t>(batch) * q_heads * kDim;
   std::vector<std::uint16_t> q(static_cast<std::size_t>(q_elems)), out(q.size());
-  for (auto& x : q) x = to_bf16_bits(uniform(rng));
+  bench::fill_random(q.data(), DType::kBF16, q_elems, 4);
 
   const Context ctx = Context::cpu(threads);
   std::vector<double> us;
