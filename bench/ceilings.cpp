@@ -61,10 +61,9 @@ HWY_AFTER_NAMESPACE();
 #include <chrono>
 #include <vector>
 
-#include <hwy/aligned_allocator.h>
-
 #include "bench_common.h"
 #include "benchmarks.h"
+#include "huge_pages.h"
 
 namespace pagedattn::bench {
 HWY_EXPORT(SumFloats);
@@ -83,7 +82,7 @@ int threads_of(int num_threads) { return num_threads > 0 ? num_threads : omp_get
 double measure_stream_read_gbps(int num_threads) {
   const int threads = threads_of(num_threads);
   const std::int64_t n = kStreamBytes / static_cast<std::int64_t>(sizeof(float));
-  auto buffer = hwy::AllocateAligned<float>(static_cast<std::size_t>(n));
+  auto buffer = allocate_huge<float>(static_cast<std::size_t>(n));  // like the decode's pools
   // Each thread first touches (and later reads) the same static chunk.
   fill_random(buffer.get(), DType::kF32, n, 42, -1.0, 1.0, threads);
   const std::int64_t chunk = (n / threads + 63) / 64 * 64;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench_common.h"
+#include "huge_pages.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/page_table.h"
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   using namespace pagedattn;
   int batch = 1, seq_len = 1024, iters = 10, threads = 1, kv_sets = 1, q_heads = 32, kv_heads = 8;
   std::string kv_dtype = "bf16";
+  bool huge_pages = false;
   CLI::App app{"CPU decode probe: GQA decode over shuffled NHD pages, bf16 q/out"};
   app.add_option("--batch", batch, "Sequences")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--seq-len", seq_len, "Tokens per sequence")->check(CLI::Range(1, 1 << 24))->capture_default_str();
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--q-heads", q_heads, "Query heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--kv-heads", kv_heads, "KV heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--kv-dtype", kv_dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  app.add_flag("--huge-pages", huge_pages, "Pools in 2 MiB-aligned memory advised for transparent huge pages");
   CLI11_PARSE(app, argc, argv);
 
   constexpr int kPage = 16, kDim = 128;
@@ -44,10 +48,15 @@ int main(int argc, char** argv) {
   const KVCacheSpec spec{.layout = KVLayout::kNHD, .dtype = kv, .num_pages = pages,
                          .page_size = kPage, .num_kv_heads = kv_heads, .head_dim = kDim};
   const std::size_t bytes = static_cast<std::size_t>(spec.elements_per_tensor()) * dtype_size(kv);
-  std::vector<std::uint8_t> k_pool(bytes), v_pool(bytes);
-  bench::fill_random(k_pool.data(), kv, spec.elements_per_tensor(), 1);
-  bench::fill_random(v_pool.data(), kv, spec.elements_per_tensor(), 2);
-  const PagedKV cache = spec.make_views(k_pool.data(), v_pool.data());
+  const auto allocate = [&] {  // plain malloc: ordinary pages unless THP is "always"
+    return huge_pages ? bench::allocate_huge<std::uint8_t>(bytes)
+                      : bench::HugeBuffer<std::uint8_t>(static_cast<std::uint8_t*>(std::malloc(bytes)));
+  };
+  const auto k_pool = allocate(), v_pool = allocate();
+  bench::fill_random(k_pool.get(), kv, spec.elements_per_tensor(), 1);
+  bench::fill_random(v_pool.get(), kv, spec.elements_per_tensor(), 2);
+  const PagedKV cache = spec.make_views(k_pool.get(), v_pool.get());
+  if (huge_pages) std::printf("AnonHugePages: %ld KiB\n", bench::anon_huge_kib());
   std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(3));

@@ -11,10 +11,9 @@
 #include <string>
 #include <vector>
 
-#include <hwy/aligned_allocator.h>
-
 #include "bench_common.h"
 #include "benchmarks.h"
+#include "huge_pages.h"
 #include "pagedattn/ops.h"
 
 namespace pagedattn::bench {
@@ -36,7 +35,7 @@ constexpr Variant kVariants[] = {
 
 // One dtype's cache: a pool of pages and `sets` block tables over disjoint, shuffled pages.
 struct BenchCache {
-  hwy::AlignedFreeUniquePtr<std::byte[]> k, v;
+  HugeBuffer<std::byte> k, v;
   PagedKV views;
   std::vector<BlockTableData> tables;
 };
@@ -51,8 +50,8 @@ BenchCache make_cache(const DecodeBenchConfig& cfg, DType kv_dtype, std::uint64_
 
   BenchCache c;
   const auto bytes = static_cast<std::size_t>(spec.bytes_per_tensor());
-  c.k = hwy::AllocateAligned<std::byte>(bytes);
-  c.v = hwy::AllocateAligned<std::byte>(bytes);
+  c.k = allocate_huge<std::byte>(bytes);
+  c.v = allocate_huge<std::byte>(bytes);
   fill_random(c.k.get(), kv_dtype, spec.elements_per_tensor(), seed, -2.0, 2.0, cfg.num_threads);
   fill_random(c.v.get(), kv_dtype, spec.elements_per_tensor(), seed + 1, -2.0, 2.0, cfg.num_threads);
   c.views = spec.make_views(c.k.get(), c.v.get());
@@ -122,6 +121,7 @@ std::vector<nlohmann::json> run_decode_bench(const DecodeBenchConfig& config, co
       nlohmann::json r = make_record(rc, t);
       r["variant"] = var.name;
       r["kv_sets"] = tables.size();
+      r["anon_huge_pages_mib"] = anon_huge_kib() / 1024;  // pools and ceiling buffer: huge_pages.h
       r["ceiling_samples_gbps"] = {ceiling_before, ceiling_after};
       add_bandwidth(r, bytes, std::max(ceiling_before, ceiling_after));
       ceiling_before = ceiling_after;

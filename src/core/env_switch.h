@@ -16,4 +16,10 @@ inline std::string_view env_value(const char* name) {
 // True when `name` is set to "0": the path it names is switched off.
 inline bool env_switched_off(const char* name) { return env_value(name) == "0"; }
 
+// false when `name` is "0", true when it is "1", else the caller's own choice.
+inline bool env_switch(const char* name, bool otherwise) {
+  const std::string_view v = env_value(name);
+  return v == "0" ? false : v == "1" ? true : otherwise;
+}
+
 }  // namespace pagedattn::detail

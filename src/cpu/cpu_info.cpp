@@ -13,6 +13,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <omp.h>
+#include <unistd.h>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_features.h"
@@ -24,6 +25,17 @@ namespace cpu {
 HWY_EXPORT(TargetNameImpl);
 
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+std::int64_t last_level_cache_bytes() {
+  static const std::int64_t bytes = [] {
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      const long b = sysconf(name);
+      if (b > 0) return static_cast<std::int64_t>(b);
+    }
+    return std::int64_t{32} << 20;
+  }();
+  return bytes;
+}
 
 int resolve_num_threads(int requested) {
   return requested > 0 ? requested : omp_get_max_threads();

@@ -95,9 +95,11 @@ struct Scratch {
   // bf16 path: q [heads][group][padded dim] bf16, pair-ordered acc likewise, weight pairs.
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> q16, pairs;
   hwy::AlignedFreeUniquePtr<float[]> acc16, alpha;
+  // f32 token-major units: the unit's V rows, head-major [heads][kUnit][row bytes] (UnitVCopy).
+  hwy::AlignedFreeUniquePtr<std::byte[]> v_unit;
 
   Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles, bool bf16,
-          bool token_major) {
+          bool token_major, bool copy_v, std::int64_t kv_row_bytes) {
     const auto hg = static_cast<std::size_t>(heads * group);
     const auto hgd = hg * static_cast<std::size_t>(head_dim);
     const auto row = static_cast<std::size_t>(unit_row(heads * group, bf16));  // >= hg, padded
@@ -121,6 +123,7 @@ struct Scratch {
       pairs = hwy::AllocateAligned<std::uint16_t>(std::max<std::size_t>(static_cast<std::size_t>(group * kBlock), kUnit * row));
     }
     if (token_major) alpha = hwy::AllocateAligned<float>(row);
+    if (token_major && !bf16 && copy_v) v_unit = hwy::AllocateAligned<std::byte>(static_cast<std::size_t>(heads * kUnit * kv_row_bytes));
   }
 };
 
@@ -315,6 +318,9 @@ struct DecodeKernel {
   // Token-major units on f32 FMAs (decode_units-inl.h) where bf16 does not apply: direct rows
   // of a head_dim in whole dim-pair blocks, several heads per item (NHD).
   bool units = false;
+  // The f32 units copy each unit's V rows head-major during its logits (UnitVCopy): worth it
+  // when the KV streams from DRAM, ~8% of compute where it stays in cache.
+  bool copy_v = false;
   // Several heads per item (NHD) on either kernel family: keys in token-major units, see
   // attend_units().
   bool token_major() const { return (bf16 || units) && heads > 1; }
@@ -513,13 +519,16 @@ struct DecodeKernel {
                                  ahead ? next_k : nullptr, s, row, span);
         for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
       } else {
-        unit_logits<kRowT>(sc.q.get(), heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row);
+        unit_logits<kRowT>(sc.q.get(), heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row,
+                           copy_v ? UnitVCopy{vh_bytes, kUnit, sc.v_unit.get()} : UnitVCopy{});
       }
       softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc);
       if (bf16) bf16_pack_pairs(s, row, n, row, w);
       head_rows.n = n;
       for (std::int64_t hi = 0; hi < heads; ++hi) {
-        for (std::int64_t j = 0; j < n; ++j) head_rows.v[j] = r.v[j] + hi * vh_bytes;
+        for (std::int64_t j = 0; j < n; ++j) {
+          head_rows.v[j] = copy_v ? sc.v_unit.get() + (hi * kUnit + j) * D * kElem : r.v[j] + hi * vh_bytes;
+        }
         if (bf16 && hi + 1 < heads) {  // the next head's V rows, into L1 just before use
           for (std::int64_t j = 0; j < n; ++j) prefetch_span4(head_rows.v[j] + vh_bytes, D * kElem);
         }
@@ -650,7 +659,7 @@ struct DecodeKernel {
     const auto num_merges = static_cast<std::int64_t>(plan.merges.size());
 #pragma omp parallel num_threads(num_threads)
     {
-      Scratch sc(heads, G, D, !kDirect, bf16, token_major());
+      Scratch sc(heads, G, D, !kDirect, bf16, token_major(), copy_v, D * kElem);
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t i = 0; i < num_items; ++i) {
         const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
@@ -684,7 +693,12 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
     // Several heads per item (NHD) only: a single head's units (HND) measured slower than its
     // key blocks from DRAM (docs/perf-notes.md).
     const bool units = H > 1 && units_support_head_dim(D) && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_UNITS");
-    DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units}.run(plan, part, threads);
+    // PAGEDATTN_CPU_DECODE_COPY_V=0/1 forces the V copy off/on (tests take both paths).
+    std::int64_t tokens = 0;
+    for (const DecodeWorkItem& it : plan.items) tokens += it.end - it.begin;
+    const std::int64_t kv_bytes = 2 * tokens * H * D * static_cast<std::int64_t>(sizeof(KVStorage<kCacheT>));
+    const bool copy_v = units && detail::env_switch("PAGEDATTN_CPU_DECODE_COPY_V", kv_bytes > last_level_cache_bytes());
+    DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units, copy_v}.run(plan, part, threads);
   } else {
     DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
   }

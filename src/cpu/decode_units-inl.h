@@ -128,16 +128,40 @@ HWY_INLINE void logits_row(const float* HWY_RESTRICT q, std::int64_t D, const st
 }
 #endif
 
+// dst[0, bytes) = src[0, bytes) for row bytes (a multiple of 8), in whole vectors.
+HWY_INLINE void copy_row_bytes(std::byte* HWY_RESTRICT dst, const std::byte* HWY_RESTRICT src, std::int64_t bytes) {
+  const hn::ScalableTag<std::uint8_t> du;
+  const hn::CappedTag<std::uint8_t, 8> d8;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(du));
+  auto* out = reinterpret_cast<std::uint8_t*>(dst);
+  const auto* in = reinterpret_cast<const std::uint8_t*>(src);
+  std::int64_t off = 0;
+  for (; off + L <= bytes; off += L) hn::StoreU(hn::LoadU(du, in + off), du, out + off);
+  for (; off < bytes; off += 8) hn::StoreU(hn::LoadU(d8, in + off), d8, out + off);
+}
+
+// Where unit_logits copies the unit's V rows, head-major, while it reads the same tokens' K
+// rows: dst[(h * tokens + j) * row bytes] = head h of V row j. Read that way the V page streams
+// from DRAM in address order beside its K page; read per head by the p.v (one head's rows 2 KiB
+// apart across the page) the same bytes came ~15% slower on an AVX2 Zen 3 (docs/perf-notes.md).
+struct UnitVCopy {
+  std::int64_t v_head_bytes = 0;  // head h of token j's V row is at rows.v[j] + h * v_head_bytes
+  std::int64_t tokens = 0;        // rows per head in dst (the unit's capacity)
+  std::byte* dst = nullptr;       // [heads][tokens][row bytes]; nullptr: no copy
+};
+
 // Token-major logits of a unit of rows.n tokens (NHD: rows.k[j] points at head 0 of token j,
 // head h is h * k_head_bytes further): s[j * s_row + h * G + g] = q[h][g] . k_h[j], q being
 // [heads][G][D] f32 (pre-scaled, in load_dim_pair's order). next_k (if any, >= rows.n + 1
 // entries): row pointers of the next unit, whose same (token, head) rows are prefetched along.
+// v_copy (if its dst is set): the unit's V rows are copied head-major along the way.
 template <DType kT>
 HWY_NOINLINE void unit_logits(const float* HWY_RESTRICT q, std::int64_t heads, std::int64_t G,
                               std::int64_t D, const BlockRows& rows, std::int64_t k_head_bytes,
-                              const std::byte* const* next_k, float* HWY_RESTRICT s, std::int64_t s_row) {
+                              const std::byte* const* next_k, float* HWY_RESTRICT s, std::int64_t s_row,
+                              const UnitVCopy& v_copy) {
 #if HWY_TARGET == HWY_SCALAR
-  (void)q, (void)heads, (void)G, (void)D, (void)rows, (void)k_head_bytes, (void)next_k, (void)s, (void)s_row;
+  (void)q, (void)heads, (void)G, (void)D, (void)rows, (void)k_head_bytes, (void)next_k, (void)s, (void)s_row, (void)v_copy;
 #else
   const std::int64_t n = rows.n;
   const std::int64_t row_bytes = D * static_cast<std::int64_t>(sizeof(KVStorage<kT>));
@@ -158,6 +182,9 @@ HWY_NOINLINE void unit_logits(const float* HWY_RESTRICT q, std::int64_t heads, s
         if constexpr (!decltype(whole_fours)::value) {
           for (; g0 + 2 <= G; g0 += 2) logits_row<kT, 2>(qh + g0 * D, D, k, sj + g0);
           if (g0 < G) logits_row<kT, 1>(qh + g0 * D, D, k, sj + g0);
+        }
+        if (v_copy.dst != nullptr) {
+          copy_row_bytes(v_copy.dst + (h * v_copy.tokens + j) * row_bytes, rows.v[j] + h * v_copy.v_head_bytes, row_bytes);
         }
       }
     }
