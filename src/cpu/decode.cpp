@@ -468,9 +468,10 @@ struct DecodeKernel {
   // products, one row on f32 FMAs) and stored token-major, [token][head * G + g], so the online
   // softmax of all query heads runs lane-parallel (no horizontal reductions); the p.v runs per
   // head over the unit's V rows (accumulators loaded and stored once per (unit, head); bf16
-  // pairs the weights first). The next unit's K and V rows are prefetched, spread over the
-  // current unit's work; on the bf16 path each quad's K rows and each head's V rows are also
-  // pulled into L1 just before use.
+  // pairs the weights first; with copy_v the f32 units read V from the head-major copy that
+  // the logits made of the unit's V rows, in address order). The next unit's K and V rows are
+  // prefetched, spread over the current unit's work; on the bf16 path each quad's K rows and
+  // each head's V rows are also pulled into L1 just before use.
   void attend_units(const DecodeWorkItem& it, Scratch& sc) const {
     const detail::SeqPages pages = p.pages_of(it.seq);
     const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
