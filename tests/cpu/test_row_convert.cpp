@@ -1,0 +1,105 @@
+// The vector row conversions of src/cpu/row_convert.h (q rows in, output rows out) against the
+// scalar conversions of dtype.h, element by element and bit for bit, on every SIMD target this
+// build has and this CPU runs: random values, round-to-even ties, values that round up to the
+// next binade or to infinity, subnormals, zeros of both signs, infinities and NaNs, and row
+// lengths with and without a tail after the last whole vector.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+#include "cpu/row_convert.h"
+#include "pagedattn/dtype.h"
+
+namespace pagedattn::cpu {
+namespace {
+
+constexpr DType kDtypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2};
+
+std::vector<float> special_and_random_values(std::int64_t n) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          std::bit_cast<float>(0x7f800001u),  // signalling NaN
+                          std::bit_cast<float>(0x3f808000u),  // bf16 tie, rounds down to even
+                          std::bit_cast<float>(0x3f818000u),  // bf16 tie, rounds up to even
+                          std::bit_cast<float>(0x7f7fffffu),  // largest float: bf16 rounds to inf
+                          std::bit_cast<float>(0x3fffffffu),  // rounds up into the next binade
+                          std::bit_cast<float>(0x00000001u),  // smallest subnormal
+                          65504.0f, 65520.0f, 448.0f, 464.0f, 57344.0f, 1e-8f, -3.0e-5f};
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  while (static_cast<std::int64_t>(v.size()) < n) {
+    v.push_back(v.size() % 3 == 0 ? std::bit_cast<float>(bits(rng)) : normal(rng));
+  }
+  v.resize(static_cast<std::size_t>(n));
+  return v;
+}
+
+bool same_float(float a, float b) {
+  return std::isnan(a) ? std::isnan(b) : std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+}
+
+// Runs `check` once per SIMD target compiled in and supported here, the dispatch pinned to it.
+template <class F>
+void on_every_target(const F& check) {
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    check();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(RowConvert, StoreMatchesTheScalarRounding) {
+  on_every_target([] {
+    for (const DType t : kDtypes) {
+      for (const std::int64_t n : {1, 7, 16, 37, 128, 131}) {
+        for (const float scale : {1.0f, 0.37f}) {
+          const std::vector<float> x = special_and_random_values(n);
+          const auto bytes = static_cast<std::size_t>(n) * dtype_size(t);
+          std::vector<std::byte> got(bytes, std::byte{0x5a}), want(bytes, std::byte{0x5a});
+          store_scaled_row(x.data(), n, scale, t, got.data());
+          for (std::int64_t i = 0; i < n; ++i) store_from_float(want.data(), t, i, x[static_cast<std::size_t>(i)] * scale);
+          for (std::int64_t i = 0; i < n; ++i) {
+            // NaNs may differ in payload, not in being NaN.
+            ASSERT_TRUE(same_float(load_as_float(got.data(), t, i), load_as_float(want.data(), t, i)))
+                << to_string(t) << " n=" << n << " scale=" << scale << " element " << i << " from "
+                << x[static_cast<std::size_t>(i)];
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(RowConvert, LoadMatchesTheScalarDecoding) {
+  on_every_target([] {
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (const DType t : kDtypes) {
+      for (const std::int64_t n : {1, 7, 16, 37, 128, 131}) {
+        std::vector<std::byte> row(static_cast<std::size_t>(n) * dtype_size(t));
+        for (auto& b : row) b = static_cast<std::byte>(byte(rng));
+        std::vector<float> got(static_cast<std::size_t>(n));
+        load_scaled_row(row.data(), t, n, 0.5f, got.data());
+        for (std::int64_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(same_float(got[static_cast<std::size_t>(i)], load_as_float(row.data(), t, i) * 0.5f))
+              << to_string(t) << " n=" << n << " element " << i << " got " << got[static_cast<std::size_t>(i)] << " want " << load_as_float(row.data(), t, i) * 0.5f;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace pagedattn::cpu
