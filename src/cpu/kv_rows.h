@@ -39,6 +39,25 @@ using KVStorage = std::conditional_t<
     kT == DType::kF32, float,
     std::conditional_t<kT == DType::kF16 || kT == DType::kBF16, std::uint16_t, std::uint8_t>>;
 
+// IEEE half bit patterns (u16 lanes) to f32. Highway's software conversion (x86 targets without
+// F16C, i.e. SSE4 and below, and the scalar ones) turns infinities and NaNs into finite values;
+// they are put back here.
+template <class DF, class VU16>
+HWY_INLINE hn::Vec<DF> f16_bits_to_f32(DF df, VU16 bits) {
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const auto f = hn::PromoteTo(df, hn::BitCast(df16, bits));
+#if HWY_TARGET >= HWY_SSE4 || defined(HWY_DISABLE_F16C)
+  const hn::RebindToUnsigned<DF> du32;
+  const auto b = hn::PromoteTo(du32, bits);
+  const auto special = hn::Eq(hn::And(b, hn::Set(du32, 0x7c00u)), hn::Set(du32, 0x7c00u));
+  const auto ieee = hn::Or(hn::Or(hn::ShiftLeft<16>(hn::And(b, hn::Set(du32, 0x8000u))), hn::Set(du32, 0x7f800000u)),
+                           hn::ShiftLeft<13>(hn::And(b, hn::Set(du32, 0x3ffu))));
+  return hn::IfThenElse(hn::RebindMask(df, special), hn::BitCast(df, ieee), f);
+#else
+  return f;
+#endif
+}
+
 template <DType kT, class DF>
 HWY_INLINE hn::Vec<DF> load_f32(DF df, const std::byte* row, std::size_t i) {
   if constexpr (kT == DType::kF32) {
@@ -50,15 +69,14 @@ HWY_INLINE hn::Vec<DF> load_f32(DF df, const std::byte* row, std::size_t i) {
     const auto h = hn::LoadU(du16, reinterpret_cast<const std::uint16_t*>(row) + i);
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, h)));
   } else if constexpr (kT == DType::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> df16;
-    return hn::PromoteTo(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(row) + i));
+    const hn::Rebind<std::uint16_t, DF> du16;
+    return f16_bits_to_f32(df, hn::LoadU(du16, reinterpret_cast<const std::uint16_t*>(row) + i));
   } else if constexpr (kT == DType::kF8E5M2) {
     // e5m2 is the upper byte of an IEEE half.
     const hn::Rebind<std::uint8_t, DF> du8;
     const hn::Rebind<std::uint16_t, DF> du16;
-    const hn::Rebind<hwy::float16_t, DF> df16;
     const auto b = hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(row) + i));
-    return hn::PromoteTo(df, hn::BitCast(df16, hn::ShiftLeft<8>(b)));
+    return f16_bits_to_f32(df, hn::ShiftLeft<8>(b));
   } else {
     static_assert(kT == DType::kF8E4M3, "unsupported KV dtype");
     // e4m3 (bias 7): put exponent+mantissa at the top of an f32's exponent/mantissa fields and

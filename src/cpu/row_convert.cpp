@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/kv_rows.h"
 #include "cpu/row_convert.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -27,7 +28,6 @@ void LoadScaledRowImpl(const std::byte* row, DType t, std::int64_t n, float scal
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du32;
   const hn::Rebind<std::uint16_t, decltype(df)> du16;
-  const hn::Rebind<hwy::float16_t, decltype(df)> df16;
   const auto N = static_cast<std::int64_t>(hn::Lanes(df));
   const auto vs = hn::Set(df, scale);
   std::int64_t i = 0;
@@ -44,15 +44,9 @@ void LoadScaledRowImpl(const std::byte* row, DType t, std::int64_t n, float scal
       }
       break;
     case DType::kF16:
-      // Only where the CPU converts (F16C): Highway's software conversion of the targets below
-      // AVX2 turns f16 NaNs into finite values.
-#if HWY_TARGET <= HWY_AVX2
-      for (const auto* r = reinterpret_cast<const hwy::float16_t*>(row); i + N <= n; i += N) {
-        hn::StoreU(hn::Mul(hn::PromoteTo(df, hn::LoadU(df16, r + i)), vs), df, out + i);
+      for (const auto* r = reinterpret_cast<const std::uint16_t*>(row); i + N <= n; i += N) {
+        hn::StoreU(hn::Mul(f16_bits_to_f32(df, hn::LoadU(du16, r + i)), vs), df, out + i);
       }
-#else
-      (void)df16;
-#endif
       break;
     default:
       break;

@@ -3,6 +3,7 @@
 // build has and this CPU runs: random values, round-to-even ties, values that round up to the
 // next binade or to infinity, subnormals, zeros of both signs, infinities and NaNs, and row
 // lengths with and without a tail after the last whole vector.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -90,6 +91,12 @@ TEST(RowConvert, LoadMatchesTheScalarDecoding) {
       for (const std::int64_t n : {1, 7, 16, 37, 128, 131}) {
         std::vector<std::byte> row(static_cast<std::size_t>(n) * dtype_size(t));
         for (auto& b : row) b = static_cast<std::byte>(byte(rng));
+        // Infinities, NaNs and the smallest subnormal of each format first (little-endian).
+        const std::vector<std::uint8_t> specials =
+            dtype_size(t) == 2 ? std::vector<std::uint8_t>{0x00, 0x7c, 0x00, 0xfc, 0x00, 0x7e, 0x01, 0x00, 0x01, 0xfc}
+            : dtype_size(t) == 1 ? std::vector<std::uint8_t>{0x7c, 0xfc, 0x7f, 0xff, 0x01, 0x80}
+                                 : std::vector<std::uint8_t>{0x00, 0x00, 0x80, 0x7f, 0x01, 0x00, 0xc0, 0x7f};
+        std::memcpy(row.data(), specials.data(), std::min(specials.size(), row.size()));
         std::vector<float> got(static_cast<std::size_t>(n));
         load_scaled_row(row.data(), t, n, 0.5f, got.data());
         for (std::int64_t i = 0; i < n; ++i) {
