@@ -256,6 +256,37 @@ HWY_NOINLINE void block_accumulate(float* HWY_RESTRICT acc, std::int64_t D, cons
   if (pf) pf->step(pf->count);
 }
 
+// acc[g][d] += sum_j p[g * kBlock + j] vt[d * kBlock + j] for g < G, d < D, j < n: the block's V
+// dim-major (gathered from a layout whose V pages are [dim][token], as vLLM's); vt holds zeros
+// from n up to a whole vector, p's lanes there are masked off. Four dims at a time, reduced
+// together.
+HWY_NOINLINE void block_accumulate_dim_major(float* HWY_RESTRICT acc, std::int64_t G, std::int64_t D,
+                                             const float* HWY_RESTRICT vt, std::int64_t n,
+                                             const float* HWY_RESTRICT p) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t nv = (n + N - 1) / N * N;
+  for (std::int64_t g = 0; g < G; ++g) {
+    const float* pg = p + g * kBlock;
+    float* ag = acc + g * D;
+    for (std::int64_t d = 0; d < D; d += 4) {
+      V a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+      const float* v0 = vt + d * kBlock;
+      for (std::int64_t j = 0; j < nv; j += N) {
+        const V w = hn::IfThenElseZero(hn::FirstN(df, static_cast<std::size_t>(n - j)), hn::Load(df, pg + j));
+        a0 = hn::MulAdd(w, hn::Load(df, v0 + j), a0);
+        a1 = hn::MulAdd(w, hn::Load(df, v0 + kBlock + j), a1);
+        a2 = hn::MulAdd(w, hn::Load(df, v0 + 2 * kBlock + j), a2);
+        a3 = hn::MulAdd(w, hn::Load(df, v0 + 3 * kBlock + j), a3);
+      }
+      HWY_ALIGN float t[4];
+      store_sums4(df, a0, a1, a2, a3, t);
+      for (int k = 0; k < 4; ++k) ag[d + k] += t[k];
+    }
+  }
+}
+
 // Soft-cap, ALiBi, then the online-softmax update of query head h for a block of n logits at key
 // positions [pos0, pos0 + n); s[0, n) becomes the probabilities exp(s - m').
 HWY_INLINE void softmax_update(const AttentionProblem& p, std::int64_t h, std::int64_t pos0,
@@ -321,6 +352,9 @@ struct DecodeKernel {
   // The f32 units copy each unit's V rows head-major during its logits (UnitVCopy): worth it
   // when the KV streams from DRAM, ~8% of compute where it stays in cache.
   bool copy_v = false;
+  // Gathered layouts whose V dims are strided (vLLM: V pages [dim][token]): V is gathered
+  // dim-major into sc.v_tile [D][kBlock] and accumulated by block_accumulate_dim_major.
+  bool v_dim_major() const { return !kDirect && p.kv.v.elem_stride != 1; }
   // Several heads per item (NHD) on either kernel family: keys in token-major units, see
   // attend_units().
   bool token_major() const { return (bf16 || units) && heads > 1; }
@@ -350,13 +384,22 @@ struct DecodeKernel {
         }
       } else {
         gather_rows_f32<kCacheT>(kv.k, page, kh, off, cnt, D, sc.k_tile.get() + j * D);
-        gather_rows_f32<kCacheT>(kv.v, page, kh, off, cnt, D, sc.v_tile.get() + j * D);
+        if (v_dim_major()) {
+          gather_dims_f32<kCacheT>(kv.v, page, kh, off, cnt, D, kBlock, sc.v_tile.get() + j);
+        } else {
+          gather_rows_f32<kCacheT>(kv.v, page, kh, off, cnt, D, sc.v_tile.get() + j * D);
+        }
         for (std::int64_t i = 0; i < cnt; ++i) {
           rows.k[j + i] = reinterpret_cast<const std::byte*>(sc.k_tile.get() + (j + i) * D);
           rows.v[j + i] = reinterpret_cast<const std::byte*>(sc.v_tile.get() + (j + i) * D);
         }
       }
       j += cnt;
+    }
+    if (v_dim_major()) {  // zeros past n up to a whole vector: block_accumulate_dim_major reads them
+      const auto N = static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+      const std::int64_t nv = std::min(kBlock, (n + N - 1) / N * N);
+      for (std::int64_t d = 0; d < D; ++d) std::fill(sc.v_tile.get() + d * kBlock + n, sc.v_tile.get() + d * kBlock + nv, 0.0f);
     }
   }
 
@@ -410,6 +453,10 @@ struct DecodeKernel {
                      sc.l[hi * G + g], acc + g * D);
     }
     if (after) after->step(after->count);
+    if (v_dim_major()) {
+      block_accumulate_dim_major(acc, G, D, sc.v_tile.get(), rows.n, s);
+      return;
+    }
     first = true;
     for_group_tiles(G, [&]<int kG>(std::int64_t g0) {
       block_accumulate<kRowT, kG>(acc + g0 * D, D, rows, s + g0 * kBlock,

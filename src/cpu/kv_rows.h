@@ -12,6 +12,8 @@
 //   gather_rows_f32<kT>(t, page, head, tok0, n, head_dim, dst)
 //                                  tokens [tok0, tok0 + n) of one page and head, from any layout
 //                                  that KVTensorAccess describes, into dst [n][head_dim] f32.
+//   gather_dims_f32<kT>(t, page, head, tok0, n, head_dim, ld, dst)
+//                                  the same into dst [head_dim][ld] f32 (dim-major).
 #if defined(PAGEDATTN_CPU_KV_ROWS_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef PAGEDATTN_CPU_KV_ROWS_H_
 #undef PAGEDATTN_CPU_KV_ROWS_H_
@@ -116,6 +118,24 @@ HWY_NOINLINE void gather_rows_f32(const detail::KVTensorAccess& t, std::int64_t 
   const std::byte* base = t.data + (page * t.page_stride + head * t.head_stride) * kSize;
   if (t.elem_stride == 1) {
     const std::int64_t chunks = head_dim / t.chunk_len;
+    // Chunks of whole vectors (vLLM K: 16 bytes of elements each) without convert_f32's tails.
+    const hn::ScalableTag<float> df;
+    const hn::CappedTag<float, 4> d4;
+    const auto N = static_cast<std::int64_t>(hn::Lanes(df)), N4 = static_cast<std::int64_t>(hn::Lanes(d4));
+    const auto whole_chunks = [&](auto d, std::int64_t lanes) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::byte* row = base + (tok0 + j) * t.token_stride * kSize;
+        float* out = dst + j * head_dim;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          const std::byte* chunk = row + c * t.chunk_stride * kSize;
+          for (std::int64_t i = 0; i < t.chunk_len; i += lanes) {
+            hn::StoreU(load_f32<kT>(d, chunk, static_cast<std::size_t>(i)), d, out + c * t.chunk_len + i);
+          }
+        }
+      }
+    };
+    if (t.chunk_len % N == 0) return whole_chunks(df, N);
+    if (t.chunk_len % N4 == 0) return whole_chunks(d4, N4);
     for (std::int64_t j = 0; j < n; ++j) {
       const std::byte* row = base + (tok0 + j) * t.token_stride * kSize;
       for (std::int64_t c = 0; c < chunks; ++c) {
@@ -140,6 +160,30 @@ HWY_NOINLINE void gather_rows_f32(const detail::KVTensorAccess& t, std::int64_t 
         for (std::int64_t j = 0; j < m; ++j) run[j] = load_as_float(src, kT, j * t.token_stride);
       }
       for (std::int64_t j = 0; j < m; ++j) dst[(j0 + j) * head_dim + d] = run[j];
+    }
+  }
+}
+
+// dst[d * ld + j] f32 = dim d of token tok0 + j of (page, head), decoded and unscaled, for
+// j < n: the tile dim-major, as a layout with strided dims (vLLM V: [dim][token] pages) holds
+// it, so that each dim's run of tokens converts in one piece (no scatter).
+template <DType kT>
+HWY_NOINLINE void gather_dims_f32(const detail::KVTensorAccess& t, std::int64_t page, std::int64_t head,
+                                  std::int64_t tok0, std::int64_t n, std::int64_t head_dim, std::int64_t ld,
+                                  float* HWY_RESTRICT dst) {
+  constexpr auto kSize = static_cast<std::int64_t>(sizeof(KVStorage<kT>));
+  const std::byte* base = t.data + (page * t.page_stride + head * t.head_stride + tok0 * t.token_stride) * kSize;
+  const hn::ScalableTag<float> df;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(df));
+  for (std::int64_t d = 0, c = 0, e = 0; d < head_dim; ++d) {  // d = c * chunk_len + e, no divisions
+    const std::byte* src = base + (c * t.chunk_stride + e * t.elem_stride) * kSize;
+    if (++e == t.chunk_len) e = 0, ++c;
+    if (t.token_stride == 1 && n % N == 0) {  // whole pages of 8, 16, ... tokens
+      for (std::int64_t j = 0; j < n; j += N) hn::StoreU(load_f32<kT>(df, src, static_cast<std::size_t>(j)), df, dst + d * ld + j);
+    } else if (t.token_stride == 1) {
+      convert_f32<kT>(src, static_cast<std::size_t>(n), dst + d * ld);
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) dst[d * ld + j] = load_as_float(src, kT, j * t.token_stride);
     }
   }
 }
