@@ -1,5 +1,6 @@
 // Rows between a storage dtype and f32 (row_convert.h), on Highway vectors with runtime dispatch.
-// The element-by-element forms below the vector loops give the same results (the tails use them).
+// Loads decode with the KV loads of kv_rows.h; the element-by-element forms of dtype.h below the
+// vector loops give the same results (the tails, and stores of f16 and fp8, use them).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/row_convert.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -24,32 +25,25 @@ void store_scaled_tail(const float* x, std::int64_t i0, std::int64_t n, float sc
 }
 }  // namespace
 
-void LoadScaledRowImpl(const std::byte* row, DType t, std::int64_t n, float scale, float* out) {
+// out[i, i + N) = row's elements there, decoded by the KV loads (kv_rows.h) and scaled.
+template <DType kT>
+std::int64_t load_scaled_vectors(const std::byte* row, std::int64_t n, float scale, float* out) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du32;
-  const hn::Rebind<std::uint16_t, decltype(df)> du16;
   const auto N = static_cast<std::int64_t>(hn::Lanes(df));
-  const auto vs = hn::Set(df, scale);
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(load_f32<kT>(df, row, static_cast<std::size_t>(i)), hn::Set(df, scale)), df, out + i);
+  return i;
+}
+
+void LoadScaledRowImpl(const std::byte* row, DType t, std::int64_t n, float scale, float* out) {
   std::int64_t i = 0;
   switch (t) {
-    case DType::kF32:
-      for (const auto* r = reinterpret_cast<const float*>(row); i + N <= n; i += N) {
-        hn::StoreU(hn::Mul(hn::LoadU(df, r + i), vs), df, out + i);
-      }
-      break;
-    case DType::kBF16:  // bf16 is the upper half of an f32: widen and shift (exact)
-      for (const auto* r = reinterpret_cast<const std::uint16_t*>(row); i + N <= n; i += N) {
-        const auto x = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, r + i))));
-        hn::StoreU(hn::Mul(x, vs), df, out + i);
-      }
-      break;
-    case DType::kF16:
-      for (const auto* r = reinterpret_cast<const std::uint16_t*>(row); i + N <= n; i += N) {
-        hn::StoreU(hn::Mul(f16_bits_to_f32(df, hn::LoadU(du16, r + i)), vs), df, out + i);
-      }
-      break;
-    default:
-      break;
+    case DType::kF32: i = load_scaled_vectors<DType::kF32>(row, n, scale, out); break;
+    case DType::kBF16: i = load_scaled_vectors<DType::kBF16>(row, n, scale, out); break;
+    case DType::kF16: i = load_scaled_vectors<DType::kF16>(row, n, scale, out); break;
+    case DType::kF8E4M3: i = load_scaled_vectors<DType::kF8E4M3>(row, n, scale, out); break;
+    case DType::kF8E5M2: i = load_scaled_vectors<DType::kF8E5M2>(row, n, scale, out); break;
+    default: break;
   }
   load_scaled_tail(row, t, i, n, scale, out);
 }

@@ -1,8 +1,8 @@
 // Internal: a row of n elements between a storage dtype and f32, times a scale, with the dtype
 // switch outside the element loop (load_as_float / store_from_float switch per element: ~25
-// instructions each, as much as the attention of ~100 keys per head on a short decode). f32,
-// bf16 (round to nearest even, NaN kept quiet) and f16 loads run on SIMD vectors of the
-// dispatched target (row_convert.cpp); the other dtypes element by element.
+// instructions each, as much as the attention of ~100 keys per head on a short decode). Loads
+// of every float dtype and stores of f32 and bf16 (round to nearest even, NaN kept quiet) run on
+// SIMD vectors of the dispatched target (row_convert.cpp); the other stores element by element.
 #pragma once
 
 #include <cstddef>
