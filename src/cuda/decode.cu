@@ -1,7 +1,6 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
 #include <string>
-#include <string_view>
 
 #include "core/env_switch.h"
 #include "cuda/cuda_check.h"
@@ -80,13 +79,11 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
 // 1-4% faster: docs/perf-notes.md, CUDA decode v16 and v20). PAGEDATTN_DECODE_PAIRS=0 / 1
 // forces one / two.
 bool use_pair_steps(dim3 grid) {
-  const std::string_view forced = detail::env_value("PAGEDATTN_DECODE_PAIRS");
-  if (forced == "0" || forced == "1") return forced == "1";
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
   const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
   const auto sms = static_cast<std::int64_t>(sm_count(device));
-  return ctas <= 3 * sms || ctas > 4 * sms;
+  return detail::env_switch("PAGEDATTN_DECODE_PAIRS", ctas <= 3 * sms || ctas > 4 * sms);
 }
 
 // Programmatic dependent launch needs sm_90.
