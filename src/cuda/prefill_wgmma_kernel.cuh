@@ -229,25 +229,45 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   sm90::named_barrier(1 + consumer, 128);
 
   const int gid = lane >> 2, tig = lane & 3;
-  // This thread's rows: gid and gid + 8 of its warp's 16.
-  int tok[2], pos[2], head[2];
+  // This thread's rows: gid and gid + 8 of its warp's 16 (found again for the epilogue, so that
+  // the loop does not keep them).
+  struct Row {
+    int tok, head;
+    bool live;
+  };
+  auto row_of = [&](int r) {
+    const std::int64_t packed = wg_row0 + warp * 16 + gid + 8 * r;
+    const int tk = static_cast<int>(packed / group);
+    return Row{tk, kv_head * group + static_cast<int>(packed % group), tk < n_q};
+  };
+  int pos[2];
   bool live[2];
   float slope[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const std::int64_t packed = wg_row0 + warp * 16 + gid + 8 * r;
-    tok[r] = static_cast<int>(packed / group);
-    head[r] = kv_head * group + static_cast<int>(packed % group);
-    live[r] = tok[r] < n_q;
-    pos[r] = static_cast<int>(first_pos + tok[r]);
-    slope[r] = (live[r] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[head[r]] : 0.0f;
+    const Row row = row_of(r);
+    live[r] = row.live;
+    pos[r] = static_cast<int>(first_pos + row.tok);
+    slope[r] = (live[r] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[row.head] : 0.0f;
+  }
+  // The keys row r sees, [key_lo, key_hi) (empty for a dead row): a masked tile then takes two
+  // compares per logit against these, shifted to the thread's first key of the tile, and the
+  // row's position, liveness and the range's ends need no registers in the loop.
+  int key_lo[2], key_hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::int64_t lo = p.variant.window_left >= 0 ? max(t_begin, static_cast<std::int64_t>(pos[r]) - p.variant.window_left) : t_begin;
+    const std::int64_t hi = p.variant.causal ? min(t_end, static_cast<std::int64_t>(pos[r]) + 1) : t_end;
+    key_lo[r] = static_cast<int>(lo);
+    key_hi[r] = live[r] ? static_cast<int>(max(lo, hi)) : key_lo[r];
   }
   // Tiles inside [open_lo, open_hi) are seen whole by every live row of the warpgroup and need
   // no mask.
   const std::int64_t wg_first = wg_row0 / group, wg_last = min(n_q - 1, (wg_row0 + 63) / group);
   auto hi_of = [&](std::int64_t tk) { return p.variant.causal ? min(kv_len, first_pos + tk + 1) : kv_len; };
   auto lo_of = [&](std::int64_t tk) { return p.variant.window_left >= 0 ? first_pos + tk - p.variant.window_left : std::int64_t{0}; };
-  const std::int64_t open_hi = min(hi_of(wg_first), t_end), open_lo = max(lo_of(wg_last), t_begin);
+  const int open_hi = static_cast<int>(min(hi_of(wg_first), t_end)), open_lo = static_cast<int>(max(lo_of(wg_last), t_begin));
+  const int t_lo32 = static_cast<int>(t_lo);
 
   const float s_mul = p.variant.scale * (kPlain ? kLog2e : 1.0f);
   const float soft_cap = p.variant.soft_cap;
@@ -276,7 +296,6 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  const int t_begin32 = static_cast<int>(t_begin), t_end32 = static_cast<int>(t_end);
   auto wait_k = [&](int j) { sm90::mbarrier_wait(&full_k[j % kStages], (j / kStages) & 1); };
   auto wait_v = [&](int j) { sm90::mbarrier_wait(&full_v[j % kStages], (j / kStages) & 1); };
   auto release = [&](int j) {
@@ -324,26 +343,28 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   constexpr float kMaxDrift = 8.0f;
   auto softmax = [&](int j, auto masked_c, float (&corr)[2], bool& rescale) {
     constexpr bool kMasked = decltype(masked_c)::value;
-    const int ts = static_cast<int>(t_lo) + j * kKeys;  // the tile's first key; positions fit 31 bits
+    const int ts = t_lo32 + j * kKeys;  // the tile's first key; positions fit 31 bits
     float rmax[2];
+    int lo[2], hi[2];  // row r's keys relative to this thread's first key of the tile
+#pragma unroll
+    for (int r = 0; r < 2; ++r) lo[r] = key_lo[r] - ts - 2 * tig, hi[r] = key_hi[r] - ts - 2 * tig;
     // Accumulator i * 4 + e: row gid + 8 * (e / 2), key ts + 8 * i + 2 * tig + e % 2.
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
-        const int t = ts + 8 * i + 2 * tig + (e & 1);
         // Plain logits stay unscaled here: the scale folds into the exponent's FFMA below.
         float x = sc[4 * i + e];
         if constexpr (!kPlain) {
+          const int t = ts + 8 * i + 2 * tig + (e & 1);
           x *= s_mul;
           x = soft_cap > 0.0f ? soft_cap * tanhf(x / soft_cap) : x;
           x = (x + slope[r] * static_cast<float>(t - pos[r])) * kLog2e;
         }
         if constexpr (kMasked) {
-          const bool ok = live[r] && t >= t_begin32 && t < t_end32 && (!p.variant.causal || t <= pos[r]) &&
-                          (p.variant.window_left < 0 || t >= pos[r] - p.variant.window_left);
-          x = ok ? x : kNegInf;
+          const int c = 8 * i + (e & 1);
+          x = c >= lo[r] && c < hi[r] ? x : kNegInf;
         }
         sc[4 * i + e] = x;
       }
@@ -394,7 +415,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     }
   };
   auto masked = [&](int j) {
-    const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+    const int ts = t_lo32 + j * kKeys;
     return !(ts >= open_lo && ts + kKeys <= open_hi);
   };
 
@@ -454,12 +475,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   float* lse = p.qo.lse ? p.qo.lse + split * prm.lse_split_stride : nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (!live[r]) continue;
+    const Row row = row_of(r);
+    if (!row.live) continue;
     float M = m[r], L = l[r];
-    const float scale_o = fold_sink(p, head[r], M, L);
+    const float scale_o = fold_sink(p, row.head, M, L);
     const float inv = L > 0.0f ? scale_o / L : 0.0f;
-    const std::int64_t q_tok = query_token(tok[r]);
-    std::byte* o_row = out + (q_tok * p.qo.out_token_stride + head[r] * p.qo.out_head_stride) * out_size;
+    const std::int64_t q_tok = query_token(row.tok);
+    std::byte* o_row = out + (q_tok * p.qo.out_token_stride + row.head * p.qo.out_head_stride) * out_size;
     // Pairs of q's dtype in one 4-byte store where the row allows it.
     constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
     if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
@@ -474,7 +496,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, o[4 * i + 2 * r + 1] * inv);
       }
     }
-    if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + head[r] * p.qo.lse_head_stride] = natural_lse(M, L);
+    if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + row.head * p.qo.lse_head_stride] = natural_lse(M, L);
   }
 #endif
 }
