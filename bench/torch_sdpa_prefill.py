@@ -5,7 +5,7 @@ flex_attention (compiled). Causal masks are aligned to the bottom right (the new
 the last positions of each sequence's KV). Prints one JSON record per (shape, backend) in the
 benchmark contract, with the dense bf16 matmul ceiling measured in the same run.
 
-Usage: python3 bench/torch_sdpa_prefill.py [--iters 20] [--out FILE]
+Usage: python3 bench/torch_sdpa_prefill.py [--iters 50] [--out FILE]
 """
 import argparse
 import json
@@ -31,7 +31,7 @@ def matmul_ceiling_tflops():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)

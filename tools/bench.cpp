@@ -241,7 +241,7 @@ void add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_bat
   add_device_option(cmd, o.device);
   add_threads_option(cmd, o.threads);
   cmd.add_option("--iters", o.iters,
-                 "Timed iterations, median and min over them (default: 10 on the CPU, 100 on a GPU)")
+                 "Timed iterations, median and min over them (default: the benchmark's, 10 on the CPU and 50 or more on a GPU)")
       ->check(CLI::Range(1, 100000));
   cmd.add_option("--warmup", o.warmup, "Untimed warm-up iterations (default: the benchmark's)")
       ->check(CLI::Range(0, 1000));
