@@ -94,6 +94,9 @@ struct CudaPrefillBenchConfig {
   int device = 0;
   int warmup = 5;
   int iterations = 50;  // BENCHMARKS.md: the median of >= 50 launches
+  // Warm-up of at least this long per shape: tensor-core kernels hold the GPU at its power
+  // limit, and are timed at the clock they sustain (bench/torch_sdpa_prefill.py does the same).
+  double warmup_ms = 500;
   std::vector<CudaPrefillShape> shapes;
 };
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -66,9 +67,19 @@ inline std::vector<std::int32_t> shuffled_page_ids(std::int64_t pages) {
   return ids;
 }
 
-// Per-replay times (µs) of a captured graph.
-inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream, int warmup, int iterations) {
+// Per-replay times (µs) of a captured graph, after `warmup` replays and, with warmup_ms > 0,
+// as many more as fill that many milliseconds: compute-bound kernels run the GPU into its
+// power limit within ~100 ms, and a timing taken partly before that depends on what ran
+// before it; a sustained warm-up times every kernel at the clock it keeps.
+inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream, int warmup, int iterations,
+                                      double warmup_ms = 0) {
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < warmup; ++i) ok(cudaGraphLaunch(exec, stream), "warm-up");
+  while (warmup_ms > 0) {
+    ok(cudaStreamSynchronize(stream), "sync");
+    if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() >= warmup_ms) break;
+    for (int i = 0; i < 8; ++i) ok(cudaGraphLaunch(exec, stream), "warm-up");
+  }
   std::vector<cudaEvent_t> events(static_cast<std::size_t>(iterations) + 1);
   for (auto& e : events) ok(cudaEventCreate(&e), "event");
   ok(cudaEventRecord(events[0], stream), "record");
@@ -90,14 +101,14 @@ inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream,
 // Per-replay times (µs) of what `record` launches on `stream`, captured once in a CUDA graph
 // (so the host work of the call, e.g. an op's checks, stays outside the timed region).
 template <class F>
-std::vector<double> time_captured(cudaStream_t stream, F&& record, int warmup, int iterations) {
+std::vector<double> time_captured(cudaStream_t stream, F&& record, int warmup, int iterations, double warmup_ms = 0) {
   cudaGraph_t graph;
   ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
   record();
   ok(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaGraphExec_t exec;
   ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  std::vector<double> us = time_graph(exec, stream, warmup, iterations);
+  std::vector<double> us = time_graph(exec, stream, warmup, iterations, warmup_ms);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   return us;

@@ -120,7 +120,7 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     const std::vector<double> us = time_captured(stream, [&] {
       prefill(ctx, TensorView(q.ptr, shape.dtype, {T, Hq, D}, gpu), TensorView(d_indptr.ptr, DType::kI32, {S + 1}, gpu),
               cache, dev_table, params, TensorView(out.ptr, shape.dtype, {T, Hq, D}, gpu), {}, options);
-    }, config.warmup, config.iterations);
+    }, config.warmup, config.iterations, config.warmup_ms);
 
     // QK^T and PV: 4 flops per (query head, query, visible key, dim).
     const double n = static_cast<double>(shape.new_tokens), c = static_cast<double>(shape.cached_tokens);

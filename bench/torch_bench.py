@@ -2,16 +2,24 @@
 and writing the JSON records."""
 import json
 import statistics
+import time
 
 import torch
 
 
-def time_us(fn, iters, warmup=5):
+def time_us(fn, iters, warmup=5, warmup_ms=0.0):
     """Median and minimum time of fn() in microseconds over `iters` calls, each between two
-    CUDA events, after `warmup` untimed calls."""
+    CUDA events, after `warmup` untimed calls and, with warmup_ms > 0, as many more as fill
+    that many milliseconds (compute-bound kernels are then timed at the clock the GPU's power
+    limit lets them keep, as the C++ benchmarks do)."""
+    start = time.perf_counter()
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    while (time.perf_counter() - start) * 1e3 < warmup_ms:
+        for _ in range(8):
+            fn()
+        torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):

@@ -5,7 +5,7 @@ flex_attention (compiled). Causal masks are aligned to the bottom right (the new
 the last positions of each sequence's KV). Prints one JSON record per (shape, backend) in the
 benchmark contract, with the dense bf16 matmul ceiling measured in the same run.
 
-Usage: python3 bench/torch_sdpa_prefill.py [--iters 50] [--out FILE]
+Usage: python3 bench/torch_sdpa_prefill.py [--iters 50] [--warmup-ms 500] [--out FILE]
 """
 import argparse
 import json
@@ -32,6 +32,8 @@ def matmul_ceiling_tflops():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup-ms", type=float, default=500.0,
+                    help="warm-up per measurement, at least this long (the C++ benchmark's default)")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -67,7 +69,7 @@ def main():
                    "seq_lens_desc": f"{b} x {new} new" + (f" on {cached} cached" if cached else ""),
                    "ceiling_tflops": ceiling}
             try:
-                med, mn = time_us(fn, args.iters)
+                med, mn = time_us(fn, args.iters, warmup_ms=args.warmup_ms)
                 tflops = flops / (med * 1e-6) / 1e12
                 rec.update({"time_us_median": med, "time_us_min": mn, "achieved_tflops": tflops,
                             "ratio_to_ceiling": tflops / ceiling})
