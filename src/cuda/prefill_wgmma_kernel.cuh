@@ -250,15 +250,17 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     pos[r] = static_cast<int>(first_pos + row.tok);
     slope[r] = (live[r] && p.variant.alibi_slopes) ? p.variant.alibi_slopes[row.head] : 0.0f;
   }
-  // The keys row r sees, [key_lo, key_hi) (empty for a dead row): a masked tile then takes two
-  // compares per logit against these, shifted to the thread's first key of the tile, and the
+  // The keys row r sees, [key_lo, key_hi) (empty for a dead row): a masked tile then takes one
+  // or two compares per logit against these, shifted to the thread's first key of the tile, and the
   // row's position, liveness and the range's ends need no registers in the loop.
   int key_lo[2], key_hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const std::int64_t lo = p.variant.window_left >= 0 ? max(t_begin, static_cast<std::int64_t>(pos[r]) - p.variant.window_left) : t_begin;
     const std::int64_t hi = p.variant.causal ? min(t_end, static_cast<std::int64_t>(pos[r]) + 1) : t_end;
-    key_lo[r] = static_cast<int>(lo);
+    // A dead row's range is empty at t_begin, so that masking only the ends of the live rows'
+    // ranges (kMaskHi below) hides all of it too.
+    key_lo[r] = live[r] ? static_cast<int>(lo) : static_cast<int>(t_begin);
     key_hi[r] = live[r] ? static_cast<int>(max(lo, hi)) : key_lo[r];
   }
   // Tiles inside [open_lo, open_hi) are seen whole by every live row of the warpgroup and need
@@ -341,8 +343,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   // 16-bit P, and most tiles after the first few need no rescale of O (64 multiplies per
   // thread). The decision is per warp (its rows' O lives in its own registers).
   constexpr float kMaxDrift = 8.0f;
+  constexpr int kOpen = 0, kMaskHi = 1, kMaskBoth = 2;
+  // masked_c: kOpen, kMaskHi (only keys past a row's end are hidden: the diagonal tile of
+  // causal prefill) or kMaskBoth.
   auto softmax = [&](int j, auto masked_c, float (&corr)[2], bool& rescale) {
-    constexpr bool kMasked = decltype(masked_c)::value;
+    constexpr int kMask = decltype(masked_c)::value;
     const int ts = t_lo32 + j * kKeys;  // the tile's first key; positions fit 31 bits
     float rmax[2];
     int lo[2], hi[2];  // row r's keys relative to this thread's first key of the tile
@@ -362,9 +367,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
           x = soft_cap > 0.0f ? soft_cap * tanhf(x / soft_cap) : x;
           x = (x + slope[r] * static_cast<float>(t - pos[r])) * kLog2e;
         }
-        if constexpr (kMasked) {
+        if constexpr (kMask == kMaskBoth) {
           const int c = 8 * i + (e & 1);
           x = c >= lo[r] && c < hi[r] ? x : kNegInf;
+        } else if constexpr (kMask == kMaskHi) {
+          x = 8 * i + (e & 1) < hi[r] ? x : kNegInf;
         }
         sc[4 * i + e] = x;
       }
@@ -414,9 +421,12 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       pa[ks][3] = pack2<T>(sc[8 * ks + 6], sc[8 * ks + 7]);
     }
   };
-  auto masked = [&](int j) {
+  // Which softmax a tile takes: open when every live row of the warpgroup sees all its keys.
+  auto with_mask = [&](int j, const auto& f) {
     const int ts = t_lo32 + j * kKeys;
-    return !(ts >= open_lo && ts + kKeys <= open_hi);
+    if (ts >= open_lo && ts + kKeys <= open_hi) f(std::integral_constant<int, kOpen>{});
+    else if (ts >= open_lo) f(std::integral_constant<int, kMaskHi>{});
+    else f(std::integral_constant<int, kMaskBoth>{});
   };
 
   // Both warpgroups take every tile of the CTA (a tile one of them does not need is masked
@@ -431,8 +441,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     issue_s(j_first);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(sc);
-    if (masked(j_first)) softmax(j_first, std::true_type{}, corr, rescale);
-    else softmax(j_first, std::false_type{}, corr, rescale);
+    with_mask(j_first, [&](auto masked_c) { softmax(j_first, masked_c, corr, rescale); });
     rescale_and_pack(corr, rescale);
     for (int j = j_first + 1; j <= j_last; ++j) {
       wait_k(j);
@@ -452,8 +461,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         sm90::wgmma_wait<0>();  // O and P are free again
         pv_done();
       };
-      if (masked(j)) step(std::true_type{});
-      else step(std::false_type{});
+      with_mask(j, step);
       release(j - 1);
       rescale_and_pack(corr, rescale);
     }
