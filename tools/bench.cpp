@@ -19,8 +19,9 @@ namespace {
 struct BenchOptions {
   std::string device = "cpu";
   int threads = 0;
-  int iters = 0;    // 0: the benchmark's own default (10 on the CPU, 100 on a GPU)
+  int iters = 0;    // 0: the benchmark's own default (10 on the CPU, 50 or more on a GPU)
   int warmup = -1;  // -1: the benchmark's own default
+  double warmup_ms = -1;  // GPU prefill: least warm-up time per shape; -1: the benchmark's
   std::string layout = "nhd";
   std::int64_t page_size = 16;
   std::string heads = "32/8";
@@ -152,6 +153,7 @@ int run_cuda_prefill(const BenchOptions& o, const Device& device) {
   bench::CudaPrefillBenchConfig c;
   c.device = device.index;
   apply_timing_options(o, c);
+  if (o.warmup_ms >= 0) c.warmup_ms = o.warmup_ms;
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_prefill_shapes();
   } else {
@@ -226,6 +228,7 @@ int run_prefill(const BenchOptions& o) {
   }
 #endif
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
+  check_arg(o.warmup_ms < 0, "--warmup-ms: only with --device cuda");
   require_cpu(o);
   bench::PrefillBenchConfig c;
   apply_shared_options(o, c);
@@ -297,6 +300,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key");
   prefill->add_flag("--standard-shapes", p->standard_shapes,
                     "GPU only: run the prefill / append table of BENCHMARKS.md");
+  prefill->add_option("--warmup-ms", p->warmup_ms,
+                      "GPU only: warm up each shape at least this long, so that it is timed at the clock the "
+                      "GPU's power limit lets it keep (default 500; 0: only the --warmup launches)")
+      ->check(CLI::Range(0.0, 60000.0));
   prefill->callback([&action, p] { action = [p] { return run_prefill(*p); }; });
 
   auto c = std::make_shared<BenchOptions>();
