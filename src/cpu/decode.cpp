@@ -741,11 +741,15 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
     // Several heads per item (NHD) only: a single head's units (HND) measured slower than its
     // key blocks from DRAM (docs/perf-notes.md).
     const bool units = H > 1 && units_support_head_dim(D) && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_UNITS");
-    // PAGEDATTN_CPU_DECODE_COPY_V=0/1 forces the V copy off/on (tests take both paths).
-    std::int64_t tokens = 0;
-    for (const DecodeWorkItem& it : plan.items) tokens += it.end - it.begin;
-    const std::int64_t kv_bytes = 2 * tokens * H * D * static_cast<std::int64_t>(sizeof(KVStorage<kCacheT>));
-    const bool copy_v = units && detail::env_switch("PAGEDATTN_CPU_DECODE_COPY_V", kv_bytes > last_level_cache_bytes());
+    // PAGEDATTN_CPU_DECODE_COPY_V=0/1 forces the V copy off/on (tests take both paths); the
+    // call's KV bytes are counted only where the units run.
+    const auto copy_v = [&] {
+      if (!units) return false;
+      std::int64_t tokens = 0;
+      for (const DecodeWorkItem& it : plan.items) tokens += it.end - it.begin;
+      const std::int64_t kv_bytes = 2 * tokens * H * D * static_cast<std::int64_t>(sizeof(KVStorage<kCacheT>));
+      return detail::env_switch("PAGEDATTN_CPU_DECODE_COPY_V", kv_bytes > last_level_cache_bytes());
+    }();
     DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units, copy_v}.run(plan, part, threads);
   } else {
     DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
