@@ -283,7 +283,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   constexpr std::uint32_t kHalfBytes = kPageMajor ? Shape::kHalfPageBytes : kKeys * 128;  // a 64-dim half of the keys
   const std::uint64_t q_desc0 = sm90::swizzled_descriptor(q_addr, 16);
   const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16, kPageMajor ? Shape::kPageMajorBytes : 1024);
-  const std::uint64_t v_desc0 = sm90::swizzled_descriptor(v_addr, kHalfBytes);
+  // V's descriptors as K's of the same stage plus a constant (V's region lies a fixed distance
+  // after K's): ptxas otherwise rebuilds V's from its address in every tile.
+  const std::uint64_t kv_delta = sm90::swizzled_descriptor(v_addr - k_addr, kHalfBytes) -
+                                 sm90::swizzled_descriptor(0, 16, kPageMajor ? Shape::kPageMajorBytes : 1024);
   auto kd_step = [](int kk, std::uint32_t half_bytes) { return static_cast<std::uint32_t>((kk >> 2) * half_bytes + (kk & 3) * 32); };
   auto q_desc = [&](int kk) { return sm90::advanced(q_desc0, kd_step(kk, kRows * 128)); };
   auto k_desc = [&](std::uint64_t stage_desc, int kk) { return sm90::advanced(stage_desc, kd_step(kk, kHalfBytes)); };
@@ -310,20 +313,24 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   auto issue_s = [&](int j) {
     const std::uint64_t kd = stage_desc(k_desc0, j);
     sm90::wgmma_fence();
+    if constexpr (kPageMajor) {
+      // Keys 16 i + 8 h + (0..7) of pages i = 0..7: n-blocks 2 i + h of S. All k-steps of
+      // one half, then the other's: ptxas then reuses each k-step's operand registers (Q's
+      // descriptor stays, K's is replaced) instead of copying Q's into a second set.
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      if constexpr (kPageMajor) {
-        // Keys 16 i + 8 h + (0..7) of pages i = 0..7: n-blocks 2 i + h of S.
-        sm90::wgmma_ss_half<T, 0, true>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
+      for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss_half<T, 0, true>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
         sm90::wgmma_ss_half<T, 1, true>(sc, q_desc(kk), sm90::advanced(k_desc(kd, kk), 8 * 128), kk > 0);
-      } else {
-        sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
       }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
     }
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int j) {
-    const std::uint64_t vd = stage_desc(v_desc0, j);
+    const std::uint64_t vd = stage_desc(k_desc0, j) + kv_delta;
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) sm90::wgmma_rs<T>(o, pa[ks], v_desc(vd, ks));
@@ -422,10 +429,14 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     }
   };
   // Which softmax a tile takes: open when every live row of the warpgroup sees all its keys.
+  // The choice goes through a shuffle so that ptxas sees it warp-uniform: behind a branch it
+  // cannot prove uniform it builds the wgmma descriptors in vector registers and moves each
+  // word to the uniform datapath (~30 more instructions per tile).
   auto with_mask = [&](int j, const auto& f) {
     const int ts = t_lo32 + j * kKeys;
-    if (ts >= open_lo && ts + kKeys <= open_hi) f(std::integral_constant<int, kOpen>{});
-    else if (ts >= open_lo) f(std::integral_constant<int, kMaskHi>{});
+    const int kind = __shfl_sync(0xffffffffu, ts >= open_lo && ts + kKeys <= open_hi ? kOpen : ts >= open_lo ? kMaskHi : kMaskBoth, 0);
+    if (kind == kOpen) f(std::integral_constant<int, kOpen>{});
+    else if (kind == kMaskHi) f(std::integral_constant<int, kMaskHi>{});
     else f(std::integral_constant<int, kMaskBoth>{});
   };
 
