@@ -86,6 +86,16 @@ bool use_pair_steps(dim3 grid) {
   return detail::env_switch("PAGEDATTN_DECODE_PAIRS", ctas <= 3 * sms || ctas > 4 * sms);
 }
 
+// Four warps per CTA for the TMA kernel when the grid gives no SM more than one CTA (a unit
+// per SM, unsplit: GQA d-mid16): two warps alone keep too few tiles in flight to stream an
+// SM's share of the bandwidth. PAGEDATTN_DECODE_WIDE=0 / 1 forces two / four.
+bool use_wide_ctas(dim3 grid) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
+  return detail::env_switch("PAGEDATTN_DECODE_WIDE", ctas <= static_cast<std::int64_t>(sm_count(device)));
+}
+
 // Programmatic dependent launch needs sm_90.
 bool supports_dependent_launch() {
   int device = 0;
@@ -251,16 +261,16 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (use_tma_tiles(p, plan, choice, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    const bool pairs = use_pair_steps(grid);
-    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, grid, stream);
-    else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, grid, stream);
+    const bool pairs = use_pair_steps(grid), wide = use_wide_ctas(grid);
+    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, grid, stream);
+    else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, grid, stream);
 #endif
   } else if (choice.mma) {
     switch (p.kv.dtype) {
-      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), false, grid, stream); break;
-      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), false, grid, stream); break;
-      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, static_cast<int>(p.head_dim), true, grid, stream); break;
-      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, static_cast<int>(p.head_dim), true, grid, stream); break;
+      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), false, false, grid, stream); break;
+      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), false, false, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, static_cast<int>(p.head_dim), true, false, grid, stream); break;
+      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, static_cast<int>(p.head_dim), true, false, grid, stream); break;
     }
   } else {
     switch (p.kv.dtype) {

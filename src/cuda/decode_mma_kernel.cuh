@@ -35,12 +35,15 @@ namespace pagedattn::cuda {
 // Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128, one tile per step) lets 4
 // CTAs share an SM, so one CTA's start (page ids, Q, pipeline fill) and end (merge, writes)
 // overlap three others' streaming instead of one (two-tile steps: 69 KB, 3 CTAs; fp8 52 KB).
-constexpr int kMmaDecodeThreads = 64;
+// The TMA kernel also comes with four warps (kWideWarps), for grids too small to give every
+// SM more than one CTA: there two warps alone could not keep enough tiles in flight.
+constexpr int kMmaDecodeWarps = 2;
+constexpr int kWideWarps = 4;
 
-template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1>
+template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
-  static constexpr int kWarps = kMmaDecodeThreads / 32;
+  static constexpr int kWarps = kCtaWarps;
   static constexpr int kTokens = 16;        // keys per tile (one pipeline stage)
   static constexpr int kRowElems = kD + 8;  // 16-bit rows +16 bytes: ldmatrix rows in distinct banks
   // Tiles per softmax step: with few warps per SM (fp8 always: its widening lengthens the
@@ -75,10 +78,10 @@ struct MmaDecodeSmem {
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
-template <class KV, class T, int kD, bool kTma, int kTilesPerStep>
-__global__ void __launch_bounds__(kMmaDecodeThreads)
+template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps>
+__global__ void __launch_bounds__(32 * kCtaWarps)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
-  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep>;
+  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps>;
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages, kStep = Smem::kStep;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
   constexpr int kG = 16;              // query-head rows of the mma tile
@@ -550,27 +553,35 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   }
 }
 
-// Launches paged_decode_mma_kernel<KV, T, head_dim, kTma, tiles per step> (T bf16 or f16; KV =
-// T, or fp8 with T = f16; head_dim 64 or 128). fp8 always takes two tiles per step and the
-// cp.async 16-bit kernel one; the TMA kernel takes two when `pair_steps` (its four stages fit
-// three CTAs per SM instead of four). Instantiated in instantiations/decode_mma_*.cu, and with
-// kTma (KV = T) in sm90a/decode_mma_tma_*.cu.
+// Launches paged_decode_mma_kernel<KV, T, head_dim, kTma, tiles per step, warps> (T bf16 or
+// f16; KV = T, or fp8 with T = f16; head_dim 64 or 128). fp8 always takes two tiles per step
+// and the cp.async 16-bit kernel one; the TMA kernel takes two when `pair_steps` (its four
+// stages fit three CTAs per SM instead of four), and four warps per CTA when `wide`.
+// Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
+// sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
-void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, dim3 grid, cudaStream_t stream) {
-  auto launch = [&](auto d_c, auto step_c) {
-    constexpr int kD = decltype(d_c)::value, kStep = decltype(step_c)::value;
-    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep>::kBytes;
-    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep>;
+void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, dim3 grid,
+                             cudaStream_t stream) {
+  auto launch = [&](auto d_c, auto step_c, auto warps_c) {
+    constexpr int kD = decltype(d_c)::value, kStep = decltype(step_c)::value, kWarps = decltype(warps_c)::value;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
-    kernel<<<grid, kMmaDecodeThreads, kBytes, stream>>>(prm);
+    kernel<<<grid, 32 * kWarps, kBytes, stream>>>(prm);
+  };
+  auto with_warps = [&](auto d_c, auto step_c) {
+    if constexpr (kTma) {
+      if (wide) return launch(d_c, step_c, std::integral_constant<int, kWideWarps>{});
+    }
+    launch(d_c, step_c, std::integral_constant<int, kMmaDecodeWarps>{});
   };
   auto with_step = [&](auto d_c) {
-    if constexpr (sizeof(KV) == 1) launch(d_c, std::integral_constant<int, 2>{});
-    else if constexpr (!kTma) launch(d_c, std::integral_constant<int, 1>{});
-    else if (pair_steps) launch(d_c, std::integral_constant<int, 2>{});
-    else launch(d_c, std::integral_constant<int, 1>{});
+    if constexpr (sizeof(KV) == 1) with_warps(d_c, std::integral_constant<int, 2>{});
+    else if constexpr (!kTma) with_warps(d_c, std::integral_constant<int, 1>{});
+    else if (pair_steps) with_warps(d_c, std::integral_constant<int, 2>{});
+    else with_warps(d_c, std::integral_constant<int, 1>{});
   };
   if (head_dim == 64) with_step(std::integral_constant<int, 64>{});
   else with_step(std::integral_constant<int, 128>{});

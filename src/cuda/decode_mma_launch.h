@@ -3,7 +3,8 @@
 // T: q's 16-bit dtype, the type the tensor cores multiply; kTma: the Hopper variant whose tiles
 // come as TMA boxes (KV = T; needs prm.k_tiles / v_tiles, an sm_90 device, and pages of a
 // multiple of 16 slots; instantiated only in the sm_90a objects, PAGEDATTN_WITH_SM90A);
-// pair_steps: two tiles per softmax step (the TMA kernel only; fp8 always, 16-bit cp.async never).
+// pair_steps: two tiles per softmax step (the TMA kernel only; fp8 always, 16-bit cp.async never);
+// wide: four warps per CTA instead of two (the TMA kernel only).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,5 +14,6 @@
 namespace pagedattn::cuda {
 struct DecodeKernelParams;
 template <class KV, class T, bool kTma = false>
-void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, dim3 grid, cudaStream_t stream);
+void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, dim3 grid,
+                             cudaStream_t stream);
 }  // namespace pagedattn::cuda
