@@ -84,7 +84,60 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   return r == CUDA_SUCCESS;
 }
 
+// One of K or V as slot-group page boxes (see KVPageGroupBoxes); mul_g / mul_h: its
+// coordinates' page multipliers.
+bool encode_page_groups(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, CUtensorMap& map, int& mul_g,
+                        int& mul_h) {
+  constexpr std::int64_t kElem = 2, kGroupSlots = 8, kPageSlots = 16, kDims = 128, kBoxDims = 64;
+  if ((kv.dtype != DType::kBF16 && kv.dtype != DType::kF16) || kv.page_size != kPageSlots || kv.head_dim != kDims ||
+      !t.dim_contiguous(kv.head_dim) || reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+    return false;
+  }
+  const std::int64_t H = kv.num_kv_heads;
+  const std::int64_t slot_bytes = t.token_stride * kElem, page_bytes = t.page_stride * kElem;
+  const std::int64_t head_bytes = H > 1 ? t.head_stride * kElem : page_bytes;  // one head: any stride
+  std::int64_t g_stride = 0, g_extent = 0, h_stride = 0, h_extent = 0;
+  if (page_bytes == kPageSlots * slot_bytes) {  // slots outermost in a page: G over the pool's groups
+    mul_g = 2, mul_h = 0;
+    g_stride = kGroupSlots * slot_bytes, g_extent = 2 * kv.num_pages;
+    h_stride = H > 1 ? head_bytes : 16, h_extent = H;
+  } else if (page_bytes == H * head_bytes) {  // heads outermost: H over the pool's (page, head)
+    mul_g = 0, mul_h = static_cast<int>(H);
+    g_stride = kGroupSlots * slot_bytes, g_extent = 2;
+    h_stride = head_bytes, h_extent = H * kv.num_pages;
+  } else {
+    return false;
+  }
+  for (const std::int64_t stride : {slot_bytes, g_stride, h_stride}) {
+    if (stride <= 0 || stride % 16 != 0 || stride >= (std::int64_t{1} << 40)) return false;
+  }
+  if (g_extent >= (std::int64_t{1} << 31) || h_extent >= (std::int64_t{1} << 31)) return false;  // int coordinates
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (encode == nullptr) return false;
+  const CUtensorMapDataType type = kv.dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const std::array<cuuint64_t, 5> dims = {kBoxDims, kGroupSlots, kDims / kBoxDims, static_cast<cuuint64_t>(g_extent),
+                                          static_cast<cuuint64_t>(h_extent)};
+  const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), kBoxDims * kElem,
+                                             static_cast<cuuint64_t>(g_stride), static_cast<cuuint64_t>(h_stride)};
+  const std::array<cuuint32_t, 5> box = {kBoxDims, kGroupSlots, kDims / kBoxDims, 2, 1};
+  const std::array<cuuint32_t, 5> steps = {1, 1, 1, 1, 1};
+  return encode(&map, type, 5, t.data, dims.data(), strides.data(), box.data(), steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+         CUDA_SUCCESS;
+}
+
 }  // namespace
+
+bool encode_kv_page_groups(const detail::KVCacheAccess& kv, KVPageGroupBoxes& out) {
+  int k_mul_g = 0, k_mul_h = 0, v_mul_g = 0, v_mul_h = 0;
+  if (!encode_page_groups(kv.k, kv, out.k, k_mul_g, k_mul_h) || !encode_page_groups(kv.v, kv, out.v, v_mul_g, v_mul_h) ||
+      k_mul_g != v_mul_g || k_mul_h != v_mul_h) {
+    return false;
+  }
+  out.page_mul_g = k_mul_g;
+  out.page_mul_h = k_mul_h;
+  return true;
+}
 
 bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out,
                           bool whole_rows) {

@@ -29,4 +29,23 @@ struct KVPageBoxes {
 bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out,
                           bool whole_rows = false);
 
+// 16-bit caches with 16-token pages and head_dim 128, as whole-page boxes stored by slot
+// group: the 5-d tensor (dim % 64, slot % 8, dim / 64, G, H) whose box (64, 8, 2, 2, 1) is one
+// page of one head, written as [slot / 8][dim / 64][slot % 8] rows of 128 bytes. Every 8-key
+// group of a tile of such pages then lies 2048 bytes after the one before, so a K tile is one
+// wgmma operand per k-step (the (dim, slot, dim / 64) page box of `whole_rows` needs two).
+// The page's two slot groups and its pool index share G or H: where a page's slots are its
+// outermost dimension (NHD), G runs over the pool's slot groups (two per page) and H over the
+// heads; where its heads are (HND), G is the page's two groups and H runs over (page, head).
+// Page p of head h is the box at (0, 0, 0, page_mul_g * p, page_mul_h * p + h).
+struct KVPageGroupBoxes {
+  CUtensorMap k, v;
+  int page_mul_g = 2, page_mul_h = 0;
+};
+
+// Encodes K's and V's slot-group boxes; false when the cache is not 16-bit with 16-token pages
+// and head_dim 128, its strides nest neither way, K and V nest differently, or the driver
+// refuses.
+bool encode_kv_page_groups(const detail::KVCacheAccess& kv, KVPageGroupBoxes& out);
+
 }  // namespace pagedattn::cuda

@@ -70,10 +70,18 @@ bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm)
   if (detail::env_switched_off("PAGEDATTN_PREFILL_TMA")) return false;
   const std::int64_t P = p.kv.page_size;
   if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
-  KVPageBoxes boxes;
+  KVPageGroupBoxes groups;
   prm.page_major = P == WgmmaPrefillShape::kPageMajorSlots && !detail::env_switched_off("PAGEDATTN_PREFILL_WHOLE_PAGES") &&
-                   encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes, true);
-  if (!prm.page_major && !encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes)) return false;
+                   encode_kv_page_groups(p.kv, groups);
+  if (prm.page_major) {
+    prm.k_pages = groups.k;
+    prm.v_pages = groups.v;
+    prm.page_mul_g = groups.page_mul_g;
+    prm.page_mul_h = groups.page_mul_h;
+    return true;
+  }
+  KVPageBoxes boxes;
+  if (!encode_kv_page_boxes(p.kv, 64, static_cast<int>(P), boxes)) return false;
   prm.k_pages = boxes.k;
   prm.v_pages = boxes.v;
   prm.tma_head_inner = boxes.head_inner;

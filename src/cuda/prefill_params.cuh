@@ -25,9 +25,11 @@ struct PrefillKernelParams {
   // page_tensor_map.h); when false it gathers every tile with cp.async.
   bool tma_pages = false;
   bool tma_head_inner = true;  // the maps' coordinate order: (dim, head, slot, page), else (dim, slot, head, page)
-  // Hopper kernel, 16-token pages: the maps are 5-d (dim % 64, slot, dim / 64, head, page) and
-  // a box is a whole page of one head; tiles are stored page-major (WgmmaPrefillShape).
+  // Hopper kernel, 16-token pages: the maps are slot-group page boxes (KVPageGroupBoxes in
+  // page_tensor_map.h: a box is a whole page of one head, at (0, 0, 0, page_mul_g * page,
+  // page_mul_h * page + head)); tiles are stored page-major (WgmmaPrefillShape).
   bool page_major = false;
+  int page_mul_g = 2, page_mul_h = 0;
   CUtensorMap k_pages, v_pages;
 };
 

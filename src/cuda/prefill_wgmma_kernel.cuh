@@ -3,8 +3,9 @@
 // A CTA takes 128 packed query rows of one sequence and one KV head (row i: query token
 // i / group, head i % group, as in the mma.sync kernel) and is three warpgroups:
 // - a producer fills a three-stage ring of 128-key K and V tiles (128-byte swizzled, as wgmma
-//   reads them): a tile of whole valid pages by TMA, one box per page and 64 dims, issued by
-//   the lanes of one warp (the page table is arbitrary, so a tile is as many boxes as pages);
+//   reads them): a tile of whole valid pages by TMA, one box per page (16-token pages, stored
+//   by 8-slot groups: page_tensor_map.h) or per page and 64 dims, issued by the lanes of one
+//   warp (the page table is arbitrary, so a tile is as many boxes as pages);
 //   a tile at either end of the key range by a cp.async gather that zero-fills the keys outside
 //   it. The stage's "full_k" and "full_v" barriers complete when the bytes land;
 // - two consumers of 64 rows each compute S = Q K^T with wgmma (Q and K from shared memory),
@@ -113,11 +114,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     // This thread's destinations: row 32 * warp + 2 * pass + hi, chunk `chunk`; the swizzle
     // term depends on the pass only through pass % 4.
     const int hi = lane >> 4;
-    const std::uint32_t dst_base = kPageMajor ? warp * 2 * Shape::kPageMajorBytes + (chunk >> 3) * Shape::kHalfPageBytes + hi * 128
+    const std::uint32_t dst_base = kPageMajor ? warp * 2 * Shape::kPageMajorBytes + (chunk >> 3) * Shape::kGroupHalfBytes + hi * 128
                                               : (chunk >> 3) * kKeys * 128 + (warp * 32 + hi) * 128;
-    // Rows 2 * pass and 2 * pass + 1 of the warp's 32: pages of 16 rows in the page-major tile.
+    // Rows 2 * pass and 2 * pass + 1 of the warp's 32: in the page-major tile, pages of 16
+    // rows in two groups of 8.
     auto pass_offset = [](int pass) {
-      return kPageMajor ? (pass / 8) * Shape::kPageMajorBytes + (pass % 8) * 256 : pass * 256;
+      return kPageMajor ? (pass / 8) * Shape::kPageMajorBytes + (pass % 8 / 4) * Shape::kSlotGroupBytes + (pass % 4) * 256
+                        : pass * 256;
     };
     std::uint32_t swizzle[4];
 #pragma unroll
@@ -160,7 +163,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         kPageMajor ? lane * Shape::kPageMajorBytes : (lane & 1) * kKeys * 128 + (lane >> 1) * P * 128;
     auto load_pages = [&](std::uint32_t tile, const CUtensorMap* map, std::uint64_t* full, int page) {
       if (lane >= boxes) return;
-      if constexpr (kPageMajor) sm90::tma_load_5d(tile + box_offset, map, 0, 0, 0, kv_head, page, full);
+      if constexpr (kPageMajor) {
+        sm90::tma_load_5d(tile + box_offset, map, 0, 0, 0, prm.page_mul_g * page, prm.page_mul_h * page + kv_head, full);
+      }
       else sm90::tma_load_4d(tile + box_offset, map, 64 * (lane & 1), c_head1, c_head2, page, full);
     };
     uint2 next = by_tma(0) ? make_uint2(kOutside, kOutside) : find_row(0);
@@ -277,16 +282,16 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const std::uint32_t k_addr = sm90::smem_address(s_k), v_addr = sm90::smem_address(s_v);
   // K-major Q and K: k-step kk is 16 elements of column block kk / 4; V (MN-major): 16 keys.
   // Built once: a stage or a step only adds a constant to the start address (no per-wgmma
-  // address arithmetic in the issue). A page-major K is read as two halves of 64 keys, the
-  // first and second 8 slots of every page (8-row steps of a page's bytes); a page-major V's
-  // 16-key step is one page, its dim halves a half page apart.
-  constexpr std::uint32_t kHalfBytes = kPageMajor ? Shape::kHalfPageBytes : kKeys * 128;  // a 64-dim half of the keys
+  // address arithmetic in the issue). In a page-major tile the 8-key groups lie a slot group
+  // apart and a group's dim halves a group half apart; V's 16-key step is one page.
+  constexpr std::uint32_t kHalfBytes = kPageMajor ? Shape::kGroupHalfBytes : kKeys * 128;  // a 64-dim half of the keys
+  constexpr std::uint32_t kGroupBytes = kPageMajor ? Shape::kSlotGroupBytes : 1024;        // between 8-key groups
   const std::uint64_t q_desc0 = sm90::swizzled_descriptor(q_addr, 16);
-  const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16, kPageMajor ? Shape::kPageMajorBytes : 1024);
+  const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16, kGroupBytes);
   // V's descriptors as K's of the same stage plus a constant (V's region lies a fixed distance
   // after K's): ptxas otherwise rebuilds V's from its address in every tile.
-  const std::uint64_t kv_delta = sm90::swizzled_descriptor(v_addr - k_addr, kHalfBytes) -
-                                 sm90::swizzled_descriptor(0, 16, kPageMajor ? Shape::kPageMajorBytes : 1024);
+  const std::uint64_t kv_delta = sm90::swizzled_descriptor(v_addr - k_addr, kHalfBytes, kGroupBytes) -
+                                 sm90::swizzled_descriptor(0, 16, kGroupBytes);
   auto kd_step = [](int kk, std::uint32_t half_bytes) { return static_cast<std::uint32_t>((kk >> 2) * half_bytes + (kk & 3) * 32); };
   auto q_desc = [&](int kk) { return sm90::advanced(q_desc0, kd_step(kk, kRows * 128)); };
   auto k_desc = [&](std::uint64_t stage_desc, int kk) { return sm90::advanced(stage_desc, kd_step(kk, kHalfBytes)); };
@@ -313,20 +318,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   auto issue_s = [&](int j) {
     const std::uint64_t kd = stage_desc(k_desc0, j);
     sm90::wgmma_fence();
-    if constexpr (kPageMajor) {
-      // Keys 16 i + 8 h + (0..7) of pages i = 0..7: n-blocks 2 i + h of S. All k-steps of
-      // one half, then the other's: ptxas then reuses each k-step's operand registers (Q's
-      // descriptor stays, K's is replaced) instead of copying Q's into a second set.
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss_half<T, 0, true>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        sm90::wgmma_ss_half<T, 1, true>(sc, q_desc(kk), sm90::advanced(k_desc(kd, kk), 8 * 128), kk > 0);
-      }
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
-    }
+    for (int kk = 0; kk < kD / 16; ++kk) sm90::wgmma_ss<T>(sc, q_desc(kk), k_desc(kd, kk), kk > 0);
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int j) {

@@ -17,11 +17,13 @@ struct WgmmaPrefillShape {
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kRows * kD * 2;
   static constexpr int kTileBytes = kKeys * kD * 2;
-  // Page-major tiles (pages of kPageMajorSlots keys, one TMA box each): a page's two 64-dim
-  // halves one after the other, each kPageMajorSlots rows of 128 bytes.
+  // Page-major tiles (pages of kPageMajorSlots keys, one TMA box each): a page is its two
+  // groups of 8 slots one after the other, each group its two 64-dim halves of 8 rows of 128
+  // bytes, so that the 8-key groups of a tile lie kSlotGroupBytes apart throughout.
   static constexpr int kPageMajorSlots = 16;
-  static constexpr int kHalfPageBytes = kPageMajorSlots * 128;
-  static constexpr int kPageMajorBytes = 2 * kHalfPageBytes;
+  static constexpr int kGroupHalfBytes = 8 * 128;
+  static constexpr int kSlotGroupBytes = 2 * kGroupHalfBytes;
+  static constexpr int kPageMajorBytes = 2 * kSlotGroupBytes;
   static constexpr int kOffsetBytes = kKeys * 8;  // the producer's rows of a tile (K, V offsets)
   static constexpr int kBarrierBytes = 3 * kStages * 8;
   // + 1024: the tiles are aligned to the swizzle period inside the dynamic allocation.

@@ -77,32 +77,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a
 
 #undef PAGEDATTN_WGMMA_M64N128K16
 
-// Half of an m64n128 tile as an m64n64k16 product: its n-blocks (8 columns each) are the
-// tile's n-blocks 2 i + kHalf (i = 0..7) when kInterleaved, else kHalf * 8 + i, so that the 64
-// columns may come from two interleaved or two consecutive sets of B rows; d, A, B as wgmma_ss.
-#define PAGEDATTN_D4(i) "+f"(d[4 * (i)]), "+f"(d[4 * (i) + 1]), "+f"(d[4 * (i) + 2]), "+f"(d[4 * (i) + 3])
-#define PAGEDATTN_WGMMA_M64N64K16(TYPE, B0, B1, B2, B3, B4, B5, B6, B7)                                      \
-  asm volatile(                                                                                           \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"                                                        \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {"                                       \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                           \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                   \
-      "}, %34, %32, p, 1, 1, 0, 0;\n}\n"                                                                   \
-      : PAGEDATTN_D4(B0), PAGEDATTN_D4(B1), PAGEDATTN_D4(B2), PAGEDATTN_D4(B3), PAGEDATTN_D4(B4),          \
-        PAGEDATTN_D4(B5), PAGEDATTN_D4(B6), PAGEDATTN_D4(B7)                                               \
-      : "l"(b_desc), "r"(accumulate), "l"(a_desc))
-template <class T, int kHalf, bool kInterleaved>
-__device__ __forceinline__ void wgmma_ss_half(float (&d)[64], std::uint64_t a_desc, std::uint64_t b_desc, int accumulate) {
-  constexpr int s = kInterleaved ? 2 : 1, o = kInterleaved ? kHalf : 8 * kHalf;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGEDATTN_WGMMA_M64N64K16("bf16", o, o + s, o + 2 * s, o + 3 * s, o + 4 * s, o + 5 * s, o + 6 * s, o + 7 * s);
-  } else {
-    PAGEDATTN_WGMMA_M64N64K16("f16", o, o + s, o + 2 * s, o + 3 * s, o + 4 * s, o + 5 * s, o + 6 * s, o + 7 * s);
-  }
-}
-#undef PAGEDATTN_WGMMA_M64N64K16
-#undef PAGEDATTN_D4
-
 // Before the first wgmma that reads registers written by ordinary instructions.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
