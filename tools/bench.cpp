@@ -134,6 +134,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   check_arg(!o.standard_shapes || o.partition_size == 0, "--partition-size: not with --standard-shapes");
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_decode_shapes();
+    for (bench::CudaDecodeShape& shape : c.shapes) shape.layout = parse_kv_layout(o.layout);
   } else {
     for (const std::string& d : o.kv_dtypes) {
       bench::CudaDecodeShape shape;
@@ -156,6 +157,7 @@ int run_cuda_prefill(const BenchOptions& o, const Device& device) {
   if (o.warmup_ms >= 0) c.warmup_ms = o.warmup_ms;
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_prefill_shapes();
+    for (bench::CudaPrefillShape& shape : c.shapes) shape.layout = parse_kv_layout(o.layout);
   } else {
     bench::CudaPrefillShape shape;
     shape.batch = o.batch > 0 ? o.batch : 1;
@@ -239,8 +241,18 @@ int run_prefill(const BenchOptions& o) {
   return run_reported(o, [&](const auto& progress) { return bench::run_prefill_bench(c, progress); });
 }
 
+// The options that describe one shape, which a benchmark's --standard-shapes table replaces.
+struct ShapeOptions {
+  std::vector<CLI::Option*> options;
+  // --standard-shapes refuses them (the table fixes every shape), all but --layout, which the
+  // table takes.
+  void excluded_by(CLI::Option* standard_shapes) const {
+    for (CLI::Option* option : options) standard_shapes->excludes(option);
+  }
+};
+
 // Options both benchmarks take.
-void add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_batch) {
+ShapeOptions add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_batch) {
   add_device_option(cmd, o.device);
   add_threads_option(cmd, o.threads);
   cmd.add_option("--iters", o.iters,
@@ -250,17 +262,19 @@ void add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_bat
       ->check(CLI::Range(0, 1000));
   cmd.add_option("--layout", o.layout, "KV layout: nhd, hnd or vllm")
       ->check(CLI::IsMember({"nhd", "hnd", "vllm"}))->capture_default_str();
-  cmd.add_option("--page-size", o.page_size, "Tokens per page")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
-  cmd.add_option("--heads", o.heads, "Query/KV heads, Q/KV (e.g. 32/8) or N")
-      ->check(heads_validator())->capture_default_str();
-  cmd.add_option("--head-dim", o.head_dim, "Head dimension (a multiple of 8, at most 256)")
-      ->check(CLI::Range(8, 256))->capture_default_str();
-  cmd.add_option("--batch", o.batch, fmt::format("Sequences (default {})", default_batch))
-      ->check(CLI::Range(1, 1 << 20));
+  ShapeOptions shape;
+  shape.options.push_back(cmd.add_option("--page-size", o.page_size, "Tokens per page")
+                              ->check(CLI::Range(1, 4096))->capture_default_str());
+  shape.options.push_back(cmd.add_option("--heads", o.heads, "Query/KV heads, Q/KV (e.g. 32/8) or N")
+                              ->check(heads_validator())->capture_default_str());
+  shape.options.push_back(cmd.add_option("--head-dim", o.head_dim, "Head dimension (a multiple of 8, at most 256)")
+                              ->check(CLI::Range(8, 256))->capture_default_str());
+  shape.options.push_back(cmd.add_option("--batch", o.batch, fmt::format("Sequences (default {})", default_batch))
+                              ->check(CLI::Range(1, 1 << 20)));
   cmd.add_option("--seed", o.seed, "Random seed")->capture_default_str();
   cmd.add_flag("--json", o.json, "Print one JSON record per line instead of the table");
   cmd.add_option("--out", o.out_file, "Also write the JSON records (one per line) to FILE");
+  return shape;
 }
 
 }  // namespace
@@ -273,15 +287,15 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto d = std::make_shared<BenchOptions>();
   CLI::App* decode = bench->add_subcommand(
       "decode", "Paged decode (default: GQA 32/8, d128, 16 x 2048 tokens, bf16 and f32 KV)");
-  add_shared_options(*decode, *d, 16);
-  decode->add_option("--kv-dtype", d->kv_dtypes, "KV cache dtypes, comma separated")
-      ->delimiter(',')->check(float_dtype_validator())->capture_default_str();
-  decode->add_option("--q-dtype", d->q_dtype, "Query and output dtype: f32, f16 or bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  decode->add_option("--seq-len", d->seq_len, "Tokens of KV per sequence")
-      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  decode->add_flag("--standard-shapes", d->standard_shapes,
-                   "GPU only: run the whole decode table of BENCHMARKS.md");
+  ShapeOptions decode_shape = add_shared_options(*decode, *d, 16);
+  decode_shape.options.push_back(decode->add_option("--kv-dtype", d->kv_dtypes, "KV cache dtypes, comma separated")
+                                     ->delimiter(',')->check(float_dtype_validator())->capture_default_str());
+  decode_shape.options.push_back(decode->add_option("--q-dtype", d->q_dtype, "Query and output dtype: f32, f16 or bf16")
+                                     ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str());
+  decode_shape.options.push_back(decode->add_option("--seq-len", d->seq_len, "Tokens of KV per sequence")
+                                     ->check(CLI::Range(1, 1 << 24))->capture_default_str());
+  decode_shape.excluded_by(decode->add_flag("--standard-shapes", d->standard_shapes,
+                                            "GPU only: run the whole decode table of BENCHMARKS.md (in --layout)"));
   decode->add_option("--partition-size", d->partition_size,
                      "GPU only: split-K partition in tokens (0: the planner's choice)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
@@ -290,16 +304,16 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto p = std::make_shared<BenchOptions>();
   CLI::App* prefill = bench->add_subcommand(
       "prefill", "Paged prefill / append (default: 1 x 2048 new tokens, causal, GQA 32/8, bf16)");
-  add_shared_options(*prefill, *p, 1);
-  prefill->add_option("--dtype,--kv-dtype", p->dtype, "Query, KV and output dtype: f32, f16 or bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
-  prefill->add_option("--new-tokens", p->new_tokens, "Query tokens per sequence (the last of its KV)")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  prefill->add_option("--cached-tokens", p->cached_tokens, "Tokens already in the cache before them")
-      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
-  prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key");
-  prefill->add_flag("--standard-shapes", p->standard_shapes,
-                    "GPU only: run the prefill / append table of BENCHMARKS.md");
+  ShapeOptions prefill_shape = add_shared_options(*prefill, *p, 1);
+  prefill_shape.options.push_back(prefill->add_option("--dtype,--kv-dtype", p->dtype, "Query, KV and output dtype: f32, f16 or bf16")
+                                      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str());
+  prefill_shape.options.push_back(prefill->add_option("--new-tokens", p->new_tokens, "Query tokens per sequence (the last of its KV)")
+                                      ->check(CLI::Range(1, 1 << 20))->capture_default_str());
+  prefill_shape.options.push_back(prefill->add_option("--cached-tokens", p->cached_tokens, "Tokens already in the cache before them")
+                                      ->check(CLI::Range(0, 1 << 24))->capture_default_str());
+  prefill_shape.options.push_back(prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key"));
+  prefill_shape.excluded_by(prefill->add_flag("--standard-shapes", p->standard_shapes,
+                                              "GPU only: run the prefill / append table of BENCHMARKS.md (in --layout)"));
   prefill->add_option("--warmup-ms", p->warmup_ms,
                       "GPU only: warm up each shape at least this long, so that it is timed at the clock the "
                       "GPU's power limit lets it keep (default 500; 0: only the --warmup launches)")
