@@ -71,6 +71,16 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
 #endif
 }
 
+// A grid's CTAs and the current device's SMs, which the TMA kernel's shape choices compare.
+struct GridFill {
+  std::int64_t ctas = 0, sms = 0;
+};
+GridFill grid_fill(dim3 grid) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  return {static_cast<std::int64_t>(grid.x) * grid.y * grid.z, static_cast<std::int64_t>(sm_count(device))};
+}
+
 // Two tiles per softmax step for the TMA kernel (its four stages' shared memory fits three
 // CTAs per SM, one-tile steps four): a step's dependent chain then serves 32 keys. That pays
 // wherever the grid's waves are not cut worse by the fourth CTA per SM's absence: always except
@@ -78,23 +88,14 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
 // 8-9% slower with pairs; one-wave grids at three per SM 1-3% faster, many-wave and ragged grids
 // 1-4% faster: docs/perf-notes.md, CUDA decode v16 and v20). PAGEDATTN_DECODE_PAIRS=0 / 1
 // forces one / two.
-bool use_pair_steps(dim3 grid) {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "current device");
-  const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
-  const auto sms = static_cast<std::int64_t>(sm_count(device));
-  return detail::env_switch("PAGEDATTN_DECODE_PAIRS", ctas <= 3 * sms || ctas > 4 * sms);
+bool use_pair_steps(const GridFill& g) {
+  return detail::env_switch("PAGEDATTN_DECODE_PAIRS", g.ctas <= 3 * g.sms || g.ctas > 4 * g.sms);
 }
 
 // Four warps per CTA for the TMA kernel when the grid gives no SM more than one CTA (a unit
 // per SM, unsplit: GQA d-mid16): two warps alone keep too few tiles in flight to stream an
 // SM's share of the bandwidth. PAGEDATTN_DECODE_WIDE=0 / 1 forces two / four.
-bool use_wide_ctas(dim3 grid) {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "current device");
-  const std::int64_t ctas = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
-  return detail::env_switch("PAGEDATTN_DECODE_WIDE", ctas <= static_cast<std::int64_t>(sm_count(device)));
-}
+bool use_wide_ctas(const GridFill& g) { return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms); }
 
 // Programmatic dependent launch needs sm_90.
 bool supports_dependent_launch() {
@@ -261,7 +262,8 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (use_tma_tiles(p, plan, choice, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    const bool pairs = use_pair_steps(grid), wide = use_wide_ctas(grid);
+    const GridFill fill = grid_fill(grid);
+    const bool pairs = use_pair_steps(fill), wide = use_wide_ctas(fill);
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, grid, stream);
 #endif

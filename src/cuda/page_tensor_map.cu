@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 
 #include "cuda/page_tensor_map.h"
 
@@ -25,6 +26,29 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
+// A map's byte strides as the driver takes them: positive multiples of 16 below 2^40.
+bool valid_strides(std::initializer_list<std::int64_t> strides) {
+  for (const std::int64_t stride : strides) {
+    if (stride <= 0 || stride % 16 != 0 || stride >= (std::int64_t{1} << 40)) return false;
+  }
+  return true;
+}
+
+// A tensor map of 16-bit elements (bf16 or f16) with unit element steps and the 128-byte
+// swizzle that wgmma and ldmatrix read; false when the driver refuses it or cannot be found.
+template <std::size_t kRank>
+bool encode_swizzled(CUtensorMap& map, DType dtype, const void* data, const std::array<cuuint64_t, kRank>& dims,
+                     const std::array<cuuint64_t, kRank - 1>& strides, const std::array<cuuint32_t, kRank>& box) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (encode == nullptr) return false;
+  const CUtensorMapDataType type = dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  std::array<cuuint32_t, kRank> steps;
+  steps.fill(1);
+  return encode(&map, type, static_cast<cuuint32_t>(kRank), const_cast<void*>(data), dims.data(), strides.data(), box.data(),
+                steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // One of K or V (t) of the cache kv as a tensor map, and its coordinate order.
 struct PageBoxes {
   CUtensorMap map;
@@ -44,13 +68,7 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   // A dimension of extent 1 is never stepped along: any valid stride will do.
   const std::int64_t head_bytes = kv.num_kv_heads > 1 ? t.head_stride * kElem : 16;
   const std::int64_t slot_bytes = t.token_stride * kElem, page_bytes = t.page_stride * kElem;
-  for (const std::int64_t stride : {head_bytes, slot_bytes, page_bytes}) {
-    if (stride <= 0 || stride % 16 != 0 || stride >= (std::int64_t{1} << 40)) return false;
-  }
-  if (kv.num_pages >= (std::int64_t{1} << 31)) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
-  if (encode == nullptr) return false;
-  const CUtensorMapDataType type = dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (!valid_strides({head_bytes, slot_bytes, page_bytes}) || kv.num_pages >= (std::int64_t{1} << 31)) return false;
   if (whole_rows) {
     // (dim % box_dims, slot, dim / box_dims, head, page): the strides need not grow outwards
     // (the driver takes any order), so one box holds every dim of its slots, block after block.
@@ -62,10 +80,7 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
     const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), static_cast<cuuint64_t>(box_dims * kElem),
                                                static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(page_bytes)};
     const std::array<cuuint32_t, 5> box = {static_cast<cuuint32_t>(box_dims), static_cast<cuuint32_t>(box_slots), blocks, 1, 1};
-    const std::array<cuuint32_t, 5> steps = {1, 1, 1, 1, 1};
-    return encode(&out.map, type, 5, t.data, dims.data(), strides.data(), box.data(), steps.data(),
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return encode_swizzled(out.map, dtype, t.data, dims, strides, box);
   }
   out.head_inner = head_bytes <= slot_bytes;
   const auto heads = static_cast<cuuint64_t>(kv.num_kv_heads), slots = static_cast<cuuint64_t>(kv.page_size);
@@ -77,11 +92,7 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   const auto P = static_cast<cuuint32_t>(box_slots);
   const std::array<cuuint32_t, 4> box = {static_cast<cuuint32_t>(box_dims), out.head_inner ? 1u : P,
                                          out.head_inner ? P : 1u, 1u};
-  const std::array<cuuint32_t, 4> steps = {1, 1, 1, 1};
-  const CUresult r =
-      encode(&out.map, type, 4, t.data, dims.data(), strides.data(), box.data(), steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  return encode_swizzled(out.map, dtype, t.data, dims, strides, box);
 }
 
 // One of K or V as slot-group page boxes (see KVPageGroupBoxes); mul_g / mul_h: its
@@ -108,22 +119,14 @@ bool encode_page_groups(const detail::KVTensorAccess& t, const detail::KVCacheAc
   } else {
     return false;
   }
-  for (const std::int64_t stride : {slot_bytes, g_stride, h_stride}) {
-    if (stride <= 0 || stride % 16 != 0 || stride >= (std::int64_t{1} << 40)) return false;
-  }
+  if (!valid_strides({slot_bytes, g_stride, h_stride})) return false;
   if (g_extent >= (std::int64_t{1} << 31) || h_extent >= (std::int64_t{1} << 31)) return false;  // int coordinates
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
-  if (encode == nullptr) return false;
-  const CUtensorMapDataType type = kv.dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const std::array<cuuint64_t, 5> dims = {kBoxDims, kGroupSlots, kDims / kBoxDims, static_cast<cuuint64_t>(g_extent),
                                           static_cast<cuuint64_t>(h_extent)};
   const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), kBoxDims * kElem,
                                              static_cast<cuuint64_t>(g_stride), static_cast<cuuint64_t>(h_stride)};
   const std::array<cuuint32_t, 5> box = {kBoxDims, kGroupSlots, kDims / kBoxDims, 2, 1};
-  const std::array<cuuint32_t, 5> steps = {1, 1, 1, 1, 1};
-  return encode(&map, type, 5, t.data, dims.data(), strides.data(), box.data(), steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-         CUDA_SUCCESS;
+  return encode_swizzled(map, kv.dtype, t.data, dims, strides, box);
 }
 
 }  // namespace
