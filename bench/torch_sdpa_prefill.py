@@ -5,7 +5,7 @@ flex_attention (compiled). Causal masks are aligned to the bottom right (the new
 the last positions of each sequence's KV). Prints one JSON record per (shape, backend) in the
 benchmark contract, with the dense bf16 matmul ceiling measured in the same run.
 
-Usage: python3 bench/torch_sdpa_prefill.py [--iters 50] [--warmup-ms 500] [--out FILE]
+Usage: python3 bench/torch_sdpa_prefill.py [--iters 50] [--warmup-ms 500] [--head-dim 128] [--out FILE]
 """
 import argparse
 import json
@@ -18,7 +18,7 @@ from torch_bench import time_us, write_records
 
 SHAPES = [("p-8x4096", 8, 4096, 0), ("a-512-on-8x8192", 8, 512, 8192)]  # name, batch, new, cached
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
-HQ, HKV, D = 32, 8, 128
+HQ, HKV = 32, 8
 
 
 def matmul_ceiling_tflops():
@@ -34,8 +34,10 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup-ms", type=float, default=500.0,
                     help="warm-up per measurement, at least this long (the C++ benchmark's default)")
+    ap.add_argument("--head-dim", type=int, default=128, help="head dimension (BENCHMARKS.md's shapes: 128)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    D = args.head_dim
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     ceiling = matmul_ceiling_tflops()

@@ -146,7 +146,7 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
   };
   std::vector<bool> shared(levels.size());
   for (std::size_t l = 0; l < levels.size(); ++l) {
-    shared[l] = levels[l].max_users >= 2 && !positional(base) && prefill_unsupported(level_problem(levels[l])).empty() &&
+    shared[l] = levels[l].max_users >= 2 && !positional(base) && prefill_unsupported_on(level_problem(levels[l]), device).empty() &&
                 levels[l].table.num_rows <= 65535;
   }
   // SM time of each kind (microseconds x SMs), for the split of the SMs between them: every

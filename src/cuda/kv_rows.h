@@ -9,6 +9,9 @@
 
 namespace pagedattn::cuda {
 
+// Elements of `dtype` in one 16-byte copy.
+inline std::int64_t elements_per_copy(DType dtype) { return 16 / static_cast<std::int64_t>(dtype_size(dtype)); }
+
 // True when elements [d, d + n) of every row are contiguous and 16-byte vectors of them (or n
 // elements when smaller) are aligned, for d a multiple of n.
 inline bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype, std::int64_t n) {

@@ -22,14 +22,15 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
     return std::string("prefill on CUDA needs a bf16 or f16 q with a cache of q's dtype or of fp8, got q ") +
            std::string(to_string(q)) + " and a " + std::string(to_string(kv)) + " cache";
   }
-  if (p.head_dim != 64 && p.head_dim != 128) {
-    return "prefill on CUDA supports head_dim 64 and 128, got " + std::to_string(p.head_dim);
+  const std::int64_t chunk = elements_per_copy(kv);
+  if (p.head_dim % chunk != 0 || p.head_dim > 256) {
+    return "prefill on CUDA supports head_dim a multiple of " + std::to_string(chunk) + " up to 256" +
+           (is_fp8(kv) ? std::string(" with a fp8 cache") : std::string()) + ", got " + std::to_string(p.head_dim);
   }
-  const std::int64_t chunk = is_fp8(kv) ? 16 : 8;  // elements per 16-byte copy
-  if (!rows_vectorisable(p.kv.k, kv, chunk) || !rows_vectorisable(p.kv.v, kv, chunk)) {
-    return "prefill on CUDA needs K and V rows in 16-byte aligned runs (NHD or HND layouts; "
-           "vLLM's split V layout is token-contiguous)";
+  if (!rows_vectorisable(p.kv.k, kv, chunk)) {
+    return "prefill on CUDA needs K rows in 16-byte aligned runs of dims (NHD, HND or vLLM's split K)";
   }
+  if (p.kv.v.chunk_len < p.head_dim) return "prefill on CUDA needs V's dims strided evenly";
   constexpr std::int64_t k31 = std::int64_t{1} << 31;
   if (p.kv.k.page_stride >= k31 || p.kv.v.page_stride >= k31 || p.kv.k.token_stride >= k31 ||
       p.kv.v.token_stride >= k31) {
@@ -43,6 +44,11 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 
 namespace {
 
+// V rows as 16-byte runs of dims (NHD, HND); otherwise the mma.sync kernel takes V transposed.
+bool v_rows(const detail::AttentionProblem& p) {
+  return rows_vectorisable(p.kv.v, p.kv.dtype, elements_per_copy(p.kv.dtype));
+}
+
 bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (detail::env_value("PAGEDATTN_PREFILL_KERNEL") == "mma") return false;
@@ -55,7 +61,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
     return last / 8 < std::int64_t{0xffffffff};
   };
   return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim == WgmmaPrefillShape::kD &&
-         q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
+         p.kv.k.dim_contiguous(p.head_dim) && v_rows(p) && q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
 #else
   (void)p, (void)device;
   return false;
@@ -90,36 +96,72 @@ bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm)
 
 }  // namespace
 
+namespace {
+
+// The mma.sync kernel's shape for p's cache dtype, head dims and V tiles.
+template <class KV, int kD, bool kVT>
+PrefillGeometry mma_shape() {
+  using Smem = PrefillSmem<KV, kD, kVT>;
+  PrefillGeometry g;
+  g.rows_per_cta = Smem::kRows;
+  g.tile_keys = Smem::kKeys;
+  g.cta_smem_bytes = Smem::kBytes;
+  return g;
+}
+template <class KV, bool kVT>
+PrefillGeometry mma_shape(std::int64_t head_dim) {
+  switch (prefill_mma_dims(head_dim)) {
+    case 64: return mma_shape<KV, 64, kVT>();
+    case 128: return mma_shape<KV, 128, kVT>();
+    default: return mma_shape<KV, 256, kVT>();
+  }
+}
+template <class KV>
+PrefillGeometry mma_shape(const detail::AttentionProblem& p) {
+  return v_rows(p) ? mma_shape<KV, false>(p.head_dim) : mma_shape<KV, true>(p.head_dim);
+}
+
+}  // namespace
+
 PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) {
   const int regs = cached_device_attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device);
   const int smem = cached_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   PrefillGeometry g;
-  std::int64_t cta_regs = 0, cta_smem = 0;
+  std::int64_t cta_regs = 0;
   if (hopper_kernel_fits(p, device)) {
     g.hopper = true;
     g.rows_per_cta = WgmmaPrefillShape::kRows;
     g.tile_keys = WgmmaPrefillShape::kKeys;
+    g.cta_smem_bytes = WgmmaPrefillShape::kBytes;
     cta_regs = 65536;  // launch bounds (384, 1): the whole register file
-    cta_smem = WgmmaPrefillShape::kBytes;
   } else {
-    using Smem = PrefillSmem<__nv_bfloat16, 128>;
-    g.rows_per_cta = Smem::kRows;
-    g.tile_keys = Smem::kKeys;
+    g = is_fp8(p.kv.dtype) ? mma_shape<Fp8E4M3>(p) : mma_shape<__nv_bfloat16>(p);
     cta_regs = kPrefillThreads * 256;  // up to 255 registers per thread
-    cta_smem = Smem::kBytes;
   }
   constexpr std::int64_t kReserve = 1024;  // shared memory the system keeps per CTA
-  g.ctas_per_sm = std::max<std::int64_t>(1, std::min(regs / cta_regs, smem / (cta_smem + kReserve)));
+  g.ctas_per_sm = std::max<std::int64_t>(1, std::min(regs / cta_regs, smem / (g.cta_smem_bytes + kReserve)));
   return g;
+}
+
+std::string prefill_unsupported_on(const detail::AttentionProblem& p, int device) {
+  std::string why = prefill_unsupported(p);
+  if (!why.empty()) return why;
+  const std::int64_t need = prefill_geometry(p, device).cta_smem_bytes;
+  const int have = cached_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (need > have) {
+    return "prefill on CUDA at head_dim " + std::to_string(p.head_dim) + " needs " + std::to_string(need) +
+           " bytes of shared memory per block; this device allows " + std::to_string(have);
+  }
+  return {};
 }
 
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr, const PrefillSplit& split) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.num_seqs == 0 || max_q == 0) return;
-  const std::string why = prefill_unsupported(p);
-  check_supported(why.empty(), why);
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
+  const std::string why = prefill_unsupported_on(p, device);
+  check_supported(why.empty(), why);
   const PrefillGeometry geometry = prefill_geometry(p, device);
   check_arg(split.splits >= 1 && p.num_kv_heads * split.splits <= 65535 &&
                 (split.splits == 1 || split.split_tokens % geometry.tile_keys == 0),
@@ -141,6 +183,14 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
     else launch_paged_prefill_wgmma<__half>(prm, grid, stream);
     check_launch("paged_prefill_wgmma_kernel", stream);
     return;
+  }
+  prm.v_transposed = !v_rows(p);
+  if (prm.v_transposed) {
+    const detail::KVTensorAccess& v = p.kv.v;
+    const std::int64_t run = elements_per_copy(p.kv.dtype);
+    prm.v_runs = v.token_stride == 1 && p.kv.page_size % run == 0 && v.page_stride % run == 0 &&
+                 v.head_stride % run == 0 && v.elem_stride % run == 0 &&
+                 reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0;
   }
   const int d = static_cast<int>(p.head_dim);
   switch (p.kv.dtype) {

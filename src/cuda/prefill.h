@@ -11,6 +11,8 @@ namespace pagedattn::cuda {
 
 // Why neither tensor-core prefill kernel can run p; empty when one can.
 std::string prefill_unsupported(const detail::AttentionProblem& p);
+// The same, and whether the chosen kernel's shared memory fits a block of `device`.
+std::string prefill_unsupported_on(const detail::AttentionProblem& p, int device);
 
 // Gathered queries and KV splits, for the shared levels of a cascade (see PrefillKernelParams).
 struct PrefillSplit {
@@ -29,6 +31,7 @@ struct PrefillGeometry {
   std::int64_t rows_per_cta = 0;  // packed query rows (query token x group + head)
   std::int64_t tile_keys = 0;     // keys per K/V tile: split boundaries fall on multiples of it
   std::int64_t ctas_per_sm = 0;   // that fit on one SM (registers and shared memory)
+  std::int64_t cta_smem_bytes = 0;  // dynamic shared memory per CTA
 };
 PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device);
 

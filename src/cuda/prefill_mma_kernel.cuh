@@ -1,14 +1,22 @@
 // Internal (CUDA): paged prefill / append on tensor cores (mma.sync m16n8k16, sm_80+).
 //
-// A CTA takes 128 packed query rows of one sequence and one KV head: row i is query token
+// A CTA takes the packed query rows of one sequence and one KV head: row i is query token
 // i / group, head i % group of the head's group, so a group's query heads share every K/V tile
-// (GQA packing) and MHA rows are simply tokens. Each of the 4 warps owns two 16-row m-tiles
-// (the mma M dimension), so every K and V fragment it loads feeds two MMAs and the two rows'
-// chains interleave; its Q fragments wait in shared memory (the registers hold two m-tiles of
-// outputs). K/V tiles of 64 keys stream into padded shared rows through a two-stage cp.async
-// pipeline that all warps share, the rows' page offsets computed once per tile. Per 32-key
-// sub-tile a warp computes S = Q K^T (2 x 16 x 32), masks it (causal, window), runs the online
-// softmax on the accumulator fragments and adds P V into its output fragments.
+// (GQA packing) and MHA rows are simply tokens. Each of the 4 warps owns one or two 16-row
+// m-tiles (the mma M dimension; two up to head_dim 128, so that every K and V fragment it loads
+// feeds two MMAs and the two rows' chains interleave; one at 256, whose output fragments alone
+// fill half the registers); its Q fragments wait in shared memory. K/V tiles of 64 keys (32 at
+// head_dim 256) stream into padded shared rows through a two-stage cp.async pipeline that all
+// warps share, the rows' page offsets computed once per tile. Per 32-key sub-tile a warp
+// computes S = Q K^T, masks it (causal, window), runs the online softmax on the accumulator
+// fragments and adds P V into its output fragments.
+// Head dims: the kernel's kD is 64, 128 or 256; a smaller head_dim (a multiple of 8, or of 16
+// for fp8) runs on the next one with its dims past head_dim zero in Q, K and V (the dot products
+// and outputs are unchanged), those dims neither read nor written.
+// V tiles: rows of keys (NHD, HND), or with kVT, V transposed (vLLM's split layout, where a
+// page's V is [dim][slot]): kD rows of the tile's keys, copied as 16-byte runs of keys when a
+// run lies in one page (element by element otherwise, e.g. page sizes below a run), which the
+// P V step reads with the untransposed ldmatrix (as S reads K).
 // fp8 caches: tiles land unpadded, each thread widens the chunks it copied to f16 (exact), q is
 // scaled into f16's range by a power of two per warp, the K/V scales fold into the logit scale
 // and the output.
@@ -22,16 +30,16 @@ namespace pagedattn::cuda {
 
 constexpr int kPrefillThreads = 128;
 
-template <class KV, int kD>
+template <class KV, int kD, bool kVT = false>
 struct PrefillSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;
   static constexpr int kWarps = kPrefillThreads / 32;
-  static constexpr int kMTiles = 2;                  // 16-row mma tiles per warp
+  static constexpr int kMTiles = kD > 128 ? 1 : 2;   // 16-row mma tiles per warp
   static constexpr int kRows = kWarps * kMTiles * 16;  // packed query rows per CTA
   // Q's A fragments, lane by lane ([warp][m-tile][k-step][lane], 16 bytes each): reloaded per
   // tile instead of held in registers, which two m-tiles of output accumulators need.
   static constexpr int kQBytes = kWarps * kMTiles * (kD / 16) * 32 * 16;
-  static constexpr int kKeys = 64;           // keys per tile
+  static constexpr int kKeys = kD > 128 ? 32 : 64;  // keys per tile (64 keys of 256 dims in two stages: past sm_80's limit)
   static constexpr int kSub = 32;            // keys per online-softmax step
   static constexpr int kStages = 2;
   static constexpr int kPageChunk = 1024;    // page ids staged at a time
@@ -42,22 +50,32 @@ struct PrefillSmem {
   static constexpr int kRowsPerPass = kPrefillThreads / kChunks;  // tile rows one copy pass covers
   static constexpr int kPasses = kKeys / kRowsPerPass;
   static constexpr int kTileBytes = kKeys * kStageRowBytes;
-  static constexpr int kStageBytes = 2 * kTileBytes;
+  // kVT: V's tile as kD rows of kKeys keys (padded 16-bit rows: conflict-free ldmatrix), each
+  // row copied as runs of kChunkElems keys.
+  static constexpr int kVtRowElems = kKeys + 8;
+  static constexpr int kVtStageRowBytes = kFp8 ? kKeys : kVtRowElems * 2;
+  static constexpr int kVtChunks = kKeys * static_cast<int>(sizeof(KV)) / 16;  // runs per dim row
+  static constexpr int kVtRowsPerPass = kPrefillThreads / kVtChunks;
+  static constexpr int kVtPasses = kD / kVtRowsPerPass;
+  static constexpr int kVTileBytes = kVT ? kD * kVtStageRowBytes : kTileBytes;
+  static constexpr int kStageBytes = kTileBytes + kVTileBytes;
   static constexpr int kWideTileBytes = kKeys * kRowElems * 2;
-  static constexpr int kWideBytes = kFp8 ? 2 * kWideTileBytes : 0;
+  static constexpr int kWideVBytes = kVT ? kD * kVtRowElems * 2 : kWideTileBytes;
+  static constexpr int kWideBytes = kFp8 ? kWideTileBytes + kWideVBytes : 0;
   static constexpr int kOffsetBytes = 2 * kKeys * 16;  // two tiles' row offsets (K, V)
   static constexpr int kBytes = kQBytes + kOffsetBytes + kPageChunk * 4 + kStages * kStageBytes + kWideBytes;
   static_assert(kRowsPerPass <= kKeys && kKeys % kRowsPerPass == 0, "copy passes cover whole tiles");
+  static_assert(kD % kVtRowsPerPass == 0, "copy passes cover whole transposed tiles");
 };
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches); kPlain: no soft-cap and no ALiBi (a smaller tile loop, which matters:
-// the loop does not fit the instruction cache otherwise). Grid: (packed row tile, KV head +
-// num_kv_heads * split, sequence).
-template <class KV, class T, int kD, bool kPlain>
+// the loop does not fit the instruction cache otherwise); kVT: V transposed (see above). Grid:
+// (packed row tile, KV head + num_kv_heads * split, sequence).
+template <class KV, class T, int kD, bool kPlain, bool kVT>
 __global__ void __launch_bounds__(kPrefillThreads)
     paged_prefill_mma_kernel(const __grid_constant__ PrefillKernelParams prm) {
-  using Smem = PrefillSmem<KV, kD>;
+  using Smem = PrefillSmem<KV, kD, kVT>;
   constexpr int kKeys = Smem::kKeys, kSub = Smem::kSub, kStages = Smem::kStages, kRowElems = Smem::kRowElems;
   constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems, kPageChunk = Smem::kPageChunk;
   constexpr bool kFp8 = Smem::kFp8;
@@ -82,6 +100,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
   auto query_token = [&](std::int64_t i) -> std::int64_t { return prm.q_index ? prm.q_index[q0 + i] : q0 + i; };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
+  // Dims at or past head_dim (a multiple of 8) are zeros: 8-dim blocks below hd_blocks are real.
+  const int hd_blocks = static_cast<int>(p.head_dim / 8);
 
   // This thread's rows: gid and gid + 8 of each of the warp's m-tiles (row i = 2 * m-tile + r):
   // query token, head, position.
@@ -138,10 +158,11 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           const int d = kk * 16 + tig * 2;
-          qf[kk][r][0] = live[i] ? to_float(q_row[d]) : 0.0f;
-          qf[kk][r][1] = live[i] ? to_float(q_row[d + 1]) : 0.0f;
-          qf[kk][r][2] = live[i] ? to_float(q_row[d + 8]) : 0.0f;
-          qf[kk][r][3] = live[i] ? to_float(q_row[d + 9]) : 0.0f;
+          const bool lo = live[i] && 2 * kk < hd_blocks, hi = live[i] && 2 * kk + 1 < hd_blocks;
+          qf[kk][r][0] = lo ? to_float(q_row[d]) : 0.0f;
+          qf[kk][r][1] = lo ? to_float(q_row[d + 1]) : 0.0f;
+          qf[kk][r][2] = hi ? to_float(q_row[d + 8]) : 0.0f;
+          qf[kk][r][3] = hi ? to_float(q_row[d + 9]) : 0.0f;
         }
       }
     });
@@ -169,6 +190,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const detail::KVTensorAccess& ka = p.kv.k;
   const detail::KVTensorAccess& va = p.kv.v;
   const int my_chunk = threadIdx.x % kChunks, my_row = threadIdx.x / kChunks;
+  const bool chunk_live = my_chunk * kChunkElems < p.head_dim;  // else a chunk of zero dims, never read
   const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, my_chunk * kChunkElems);
   const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, my_chunk * kChunkElems);
   // The host checked that page and token strides fit 31 bits.
@@ -180,6 +202,12 @@ __global__ void __launch_bounds__(kPrefillThreads)
     if constexpr (kFp8) return s_wide + is_v * (Smem::kWideTileBytes / 2);
     else return reinterpret_cast<const T*>(stage_tile(stage, is_v));
   };
+  // kVT: this thread copies run vt_chunk of dim rows vt_row + pass * kVtRowsPerPass; the dims'
+  // offsets are dim * elem_stride from the head's base (V's dims are one chunk: chunk_len >=
+  // head_dim, checked by the host).
+  const int vt_chunk = threadIdx.x % Smem::kVtChunks, vt_row = threadIdx.x / Smem::kVtChunks;
+  const KV* vt_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, 0);
+  auto vt_chunk_ptr = [&](unsigned char* tile, int d) { return tile + d * Smem::kVtStageRowBytes + vt_chunk * 16; };
 
   const std::int64_t P = p.kv.page_size;
   for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
@@ -219,12 +247,40 @@ __global__ void __launch_bounds__(kPrefillThreads)
           unsigned char* k_dst = chunk_ptr(stage_tile(stage, 0), r);
           unsigned char* v_dst = chunk_ptr(stage_tile(stage, 1), r);
           const longlong2 off = offsets[r];
-          if (off.x >= 0) {
+          if (off.x >= 0 && chunk_live) {
             cp_async(k_dst, k_base + off.x, 16);
-            cp_async(v_dst, v_base + off.y, 16);
-          } else {  // outside the keys: zeros, so 0-weight keys cannot turn into NaN
+            if constexpr (!kVT) cp_async(v_dst, v_base + off.y, 16);
+          } else {  // outside the keys or the dims: zeros, so 0-weight keys cannot turn into NaN
             *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
-            *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+            if constexpr (!kVT) *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+          }
+        }
+        if constexpr (kVT) {
+#pragma unroll
+          for (int pass = 0; pass < Smem::kVtPasses; ++pass) {
+            const int d = vt_row + pass * Smem::kVtRowsPerPass;
+            unsigned char* dst = vt_chunk_ptr(stage_tile(stage, 1), d);
+            const int key0 = vt_chunk * kChunkElems;
+            const std::int64_t first = offsets[key0].y, last = offsets[key0 + kChunkElems - 1].y;
+            const bool dim_live = d < p.head_dim;
+            const std::int64_t dim_off = static_cast<std::int64_t>(d) * va.elem_stride;
+            if (dim_live && prm.v_runs && first >= 0 && last >= 0) {  // one page's run of slots
+              cp_async(dst, vt_base + first + dim_off, 16);
+            } else {  // key by key; zeros outside the keys and the dims
+              using Raw = std::conditional_t<sizeof(KV) == 1, std::uint8_t, std::uint16_t>;
+              union {
+                uint4 v;
+                Raw e[kChunkElems];
+              } run;
+              run.v = make_uint4(0, 0, 0, 0);
+              const Raw* src = reinterpret_cast<const Raw*>(vt_base);
+#pragma unroll
+              for (int e = 0; e < kChunkElems; ++e) {
+                const std::int64_t off = offsets[key0 + e].y;
+                if (dim_live && off >= 0) run.e[e] = src[off + dim_off];
+              }
+              *reinterpret_cast<uint4*>(dst) = run.v;
+            }
           }
         }
       }
@@ -243,9 +299,18 @@ __global__ void __launch_bounds__(kPrefillThreads)
         for (int pass = 0; pass < Smem::kPasses; ++pass) {
           const int r = my_row + pass * Smem::kRowsPerPass;
 #pragma unroll
-          for (int is_v = 0; is_v < 2; ++is_v) {
+          for (int is_v = 0; is_v < (kVT ? 1 : 2); ++is_v) {
             const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_tile(stage, is_v), r));
             uint4* dst = reinterpret_cast<uint4*>(s_wide + is_v * (Smem::kWideTileBytes / 2) + r * kRowElems + my_chunk * 16);
+            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+          }
+        }
+        if constexpr (kVT) {
+#pragma unroll
+          for (int pass = 0; pass < Smem::kVtPasses; ++pass) {
+            const int d = vt_row + pass * Smem::kVtRowsPerPass;
+            const uint4 raw = *reinterpret_cast<const uint4*>(vt_chunk_ptr(stage_tile(stage, 1), d));
+            uint4* dst = reinterpret_cast<uint4*>(s_wide + Smem::kWideTileBytes / 2 + d * Smem::kVtRowElems + vt_chunk * 16);
             widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
           }
         }
@@ -259,7 +324,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll 1
         for (int sub = 0; sub < kKeys / kSub; ++sub) {
         const T* k_tile = mma_tile(stage, 0) + sub * kSub * kRowElems;
-        const T* v_tile = mma_tile(stage, 1) + sub * kSub * kRowElems;
+        const T* v_tile = mma_tile(stage, 1) + sub * kSub * (kVT ? 1 : kRowElems);  // kVT: a column offset
         const std::int64_t ts = t0 + sub * kSub;  // the sub-tile's first key
         float sc[kMT][kSub / 8][4];
 #pragma unroll
@@ -368,8 +433,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
           }
 #pragma unroll
           for (int n = 0; n < kD / 8; n += 2) {
-            std::uint32_t b[4];
-            ldmatrix_x4<true>(b, v_tile + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
+            std::uint32_t b[4];  // dims n * 8.. and (n + 1) * 8.., keys ks * 16 + 0..7 and 8..15
+            if constexpr (kVT) {
+              ldmatrix_x4<false>(b, v_tile + (n * 8 + (lane & 7) + ((lane >> 4) & 1) * 8) * Smem::kVtRowElems +
+                                        ks * 16 + ((lane >> 3) & 1) * 8);
+            } else {
+              ldmatrix_x4<true>(b, v_tile + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kRowElems + n * 8 + (lane >> 4) * 8);
+            }
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt) {
               mma16816<T>(o[mt][n], pa[mt], b[0], b[1]);
@@ -404,6 +474,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const int mt = i / 2, r = i % 2;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
+      if (n >= hd_blocks) break;
       store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[mt][n][2 * r] * inv);
       store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[mt][n][2 * r + 1] * inv);
     }
@@ -411,26 +482,36 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
-// Launches paged_prefill_mma_kernel<KV, T, head_dim> over `grid` (head_dim 64 or 128).
+// The kernel's head dims: a head_dim runs on the smallest of them that holds it.
+inline int prefill_mma_dims(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
+// Launches paged_prefill_mma_kernel<KV, T, prefill_mma_dims(head_dim)> over `grid`.
 // Instantiated in instantiations/prefill_mma_*.cu.
 template <class KV, class T>
 void launch_paged_prefill_mma(const PrefillKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
-  auto launch = [&](auto d_c, auto plain_c) {
+  auto launch = [&](auto d_c, auto plain_c, auto vt_c) {
     constexpr int kD = decltype(d_c)::value;
-    constexpr int kBytes = PrefillSmem<KV, kD>::kBytes;
-    auto kernel = paged_prefill_mma_kernel<KV, T, kD, decltype(plain_c)::value>;
+    constexpr bool kVT = decltype(vt_c)::value;
+    constexpr int kBytes = PrefillSmem<KV, kD, kVT>::kBytes;
+    auto kernel = paged_prefill_mma_kernel<KV, T, kD, decltype(plain_c)::value, kVT>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, kPrefillThreads, kBytes, stream>>>(prm);
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
-  auto with_d = [&](auto plain_c) {
-    if (head_dim == 64) launch(std::integral_constant<int, 64>{}, plain_c);
-    else launch(std::integral_constant<int, 128>{}, plain_c);
+  auto with_d = [&](auto plain_c, auto vt_c) {
+    switch (prefill_mma_dims(head_dim)) {
+      case 64: launch(std::integral_constant<int, 64>{}, plain_c, vt_c); break;
+      case 128: launch(std::integral_constant<int, 128>{}, plain_c, vt_c); break;
+      default: launch(std::integral_constant<int, 256>{}, plain_c, vt_c); break;
+    }
   };
-  if (plain) with_d(std::true_type{});
-  else with_d(std::false_type{});
+  // Transposed V tiles come only with the general logit path (a plain problem runs on it
+  // exactly: no soft-cap, zero slopes), which halves their instantiations.
+  if (prm.v_transposed) with_d(std::false_type{}, std::true_type{});
+  else if (plain) with_d(std::true_type{}, std::false_type{});
+  else with_d(std::false_type{}, std::false_type{});
 }
 
 }  // namespace pagedattn::cuda

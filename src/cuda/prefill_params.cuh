@@ -21,6 +21,10 @@ struct PrefillKernelParams {
   // j * out_split_stride and lse + j * lse_split_stride. split_tokens 0: one split.
   std::int64_t split_tokens = 0;
   std::int64_t out_split_stride = 0, lse_split_stride = 0;
+  // mma.sync kernel: V tiles transposed (V rows are not 16-byte runs, e.g. vLLM's split layout),
+  // and then whether runs of 16 bytes of one dim's slots may be copied whole (slots contiguous,
+  // runs inside pages, aligned).
+  bool v_transposed = false, v_runs = false;
   // Hopper kernel: K and V pages as TMA boxes of 64 dims x one page of one head (see
   // page_tensor_map.h); when false it gathers every tile with cp.async.
   bool tma_pages = false;

@@ -157,7 +157,8 @@ std::vector<Case> cases() {
   add([](Case&) {});
   add([](Case& c) { c.layout = KVLayout::kHND; });
   add([](Case& c) { c.csr = true; });
-  add([](Case& c) { c.layout = KVLayout::kVllmSplit; });  // levels run as decodes
+  add([](Case& c) { c.layout = KVLayout::kVllmSplit; });  // shared levels: V tiles transposed
+  add([](Case& c) { c.layout = KVLayout::kVllmSplit; c.page_size = 3; c.head_dim = 256; });  // V key by key
   add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF16; });
   add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF8E4M3; });
   add([](Case& c) { c.q = DType::kF16; c.kv = DType::kF8E5M2; c.per_head_scales = true; });

@@ -1,5 +1,6 @@
-// CUDA prefill / append against the CPU reference on the same cache bytes: NHD and HND, both
-// page-table formats, bf16/f16/fp8 caches, head_dim 64 and 128, page sizes, group sizes,
+// CUDA prefill / append against the CPU reference on the same cache bytes: NHD, HND and vLLM's
+// split layout, both
+// page-table formats, bf16/f16/fp8 caches, head dims from 8 to 256, page sizes, group sizes,
 // variants, ragged batches with empty, single-token, full-prefill and append sequences; bad and
 // unsupported input rejected with nothing written.
 #include <gtest/gtest.h>
@@ -140,7 +141,7 @@ std::vector<Case> cases() {
   // Empty, single-token, a page +- 1, full prefills and appends of a few tokens onto long KV.
   const std::vector<std::int64_t> lens = {0, 1, 15, 17, 200, 300, 700, 1100};
   const std::vector<std::int64_t> queries = {0, 1, 15, 3, 200, 1, 37, 130};
-  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kVllmSplit}) {
     for (DType kv : {DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kF8E5M2}) {
       Case c;
       c.layout = layout;
@@ -160,6 +161,17 @@ std::vector<Case> cases() {
       c.queries = {1, ps + 1, 200, 100};
       out.push_back(c);
     }
+  }
+  // Head dims between the kernels' 64 / 128 / 256 run zero-padded on the next one; 256 has its
+  // own shape (one m-tile per warp, 32-key tiles).
+  for (std::int64_t d : {8, 40, 80, 96, 136, 192, 256}) {
+    Case c;
+    c.head_dim = d;
+    c.num_q_heads = 8;
+    c.num_kv_heads = 2;
+    c.lens = {1, 17, 200, 333};
+    c.queries = {1, 17, 200, 100};
+    out.push_back(c);
   }
   for (auto [hq, hkv] : {std::pair{4, 4}, std::pair{8, 4}, std::pair{10, 2}, std::pair{32, 8}, std::pair{40, 2}, std::pair{12, 4}}) {
     Case c;
@@ -189,6 +201,18 @@ std::vector<Case> cases() {
   with([](Case& c) { c.num_q_heads = 40; c.num_kv_heads = 2; c.sinks = true; c.alibi = true; c.window = 100; });
   with([](Case& c) { c.kv = DType::kF8E4M3; c.per_head_scales = true; c.soft_cap = 6.0f; c.alibi = true; });
   with([](Case& c) { c.kv = DType::kF8E5M2; c.q = DType::kF16; c.head_dim = 64; c.layout = KVLayout::kHND; c.csr = true; });
+  with([](Case& c) { c.head_dim = 256; c.kv = DType::kF8E4M3; c.layout = KVLayout::kHND; c.soft_cap = 6.0f; c.alibi = true; });
+  with([](Case& c) { c.head_dim = 80; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.window = 40; c.sinks = true; });
+  with([](Case& c) { c.head_dim = 256; c.page_size = 3; c.causal = false; c.csr = true; c.out = DType::kF32; });
+  // vLLM's split layout: V tiles transposed, copied as runs of slots where pages hold whole runs
+  // (16-bit: 8 slots, fp8: 16), key by key otherwise.
+  for (std::int64_t ps : {1, 3, 8, 16, 32}) {
+    with([&](Case& c) { c.layout = KVLayout::kVllmSplit; c.page_size = ps; });
+  }
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E4M3; c.page_size = 8; c.window = 40; });
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.head_dim = 80; c.csr = true; });
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.soft_cap = 5.0f; c.sinks = true; });
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 40; c.q = DType::kF16; c.kv = DType::kF16; c.causal = false; });
   // Long enough to stage page ids in several chunks (1024 pages at a time), page size 1.
   with([](Case& c) { c.page_size = 1; c.lens = {2500, 40}; c.queries = {300, 40}; });
   // GQA 32/8 over many 128-key tiles (the Hopper kernel's three-stage ring wraps several times):
@@ -207,6 +231,9 @@ std::vector<Case> cases() {
   long_gqa([](Case& c) { c.window = 300; c.sinks = true; });
   long_gqa([](Case& c) { c.kv = DType::kF16; c.q = DType::kF16; c.layout = KVLayout::kHND; c.csr = true; });
   long_gqa([](Case& c) { c.soft_cap = 20.0f; c.alibi = true; });
+  long_gqa([](Case& c) { c.head_dim = 256; });
+  long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; });
+  long_gqa([](Case& c) { c.head_dim = 80; c.kv = DType::kF16; c.q = DType::kF16; c.window = 300; });
   return out;
 }
 
@@ -216,8 +243,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefill, ::testing::ValuesIn(cases()),
                          });
 
 // The kernel choice itself: on compute capability 9.0, bf16 / f16 caches of q's dtype at
-// head_dim 128 go to the Hopper kernel (128-key tiles); fp8, head_dim 64, misaligned q rows and
-// PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles), as does every other device.
+// head_dim 128 go to the Hopper kernel (128-key tiles); fp8, other head dims, vLLM's split layout,
+// misaligned q rows and PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32 at
+// head_dim 256), as does every other device.
 TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   int major = 0, minor = 0;
@@ -242,7 +270,22 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   { auto q = p; q.qo.q_dtype = q.kv.dtype = DType::kF16; EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper); }
   { auto q = p; q.kv.dtype = DType::kF8E4M3; expect_portable(q, "fp8 cache"); }
   { auto q = p; q.head_dim = q.kv.head_dim = 64; expect_portable(q, "head_dim 64"); }
+  {
+    auto q = p;
+    q.head_dim = q.kv.head_dim = 256;
+    const cuda::PrefillGeometry g256 = cuda::prefill_geometry(q, 0);
+    EXPECT_FALSE(g256.hopper);
+    EXPECT_EQ(g256.tile_keys, 32);
+    EXPECT_EQ(g256.rows_per_cta, 64);
+  }
   { auto q = p; q.qo.q_head_stride = 132; expect_portable(q, "q rows not 16-byte aligned"); }
+  {
+    auto q = p;  // vLLM's split layout: K [pages, heads, D / 8, 16, 8], V [pages, heads, D, 16]
+    for (detail::KVTensorAccess* t : {&q.kv.k, &q.kv.v}) t->page_stride = 8 * 128 * 16, t->head_stride = 128 * 16;
+    q.kv.k.token_stride = 8, q.kv.k.chunk_len = 8, q.kv.k.chunk_stride = 16 * 8;
+    q.kv.v.token_stride = 1, q.kv.v.elem_stride = 16;
+    expect_portable(q, "vLLM's split layout");
+  }
   {
     const ScopedKernelChoice mma("mma");
     expect_portable(p, "PAGEDATTN_PREFILL_KERNEL=mma");
@@ -273,8 +316,7 @@ TEST(CudaPrefillErrors, RejectsBadOrUnsupportedInputAndWritesNothing) {
   };
   check(Case{}, "host_qo_indptr", true);
   { Case c; c.q = DType::kF32; c.kv = DType::kF32; check(c, "bf16 or f16 q", false); }
-  { Case c; c.head_dim = 80; check(c, "head_dim 64 and 128", false); }
-  { Case c; c.layout = KVLayout::kVllmSplit; check(c, "16-byte aligned runs", false); }
+  { Case c; c.head_dim = 72; c.kv = DType::kF8E4M3; check(c, "head_dim a multiple of 16", false); }
 }
 
 // A prefill captured once in a CUDA graph replays correctly after qo_indptr and the lengths
