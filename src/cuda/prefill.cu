@@ -60,7 +60,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
                               (p.kv.page_size - 1) * t.token_stride;
     return last / 8 < std::int64_t{0xffffffff};
   };
-  return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim == WgmmaPrefillShape::kD &&
+  return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim <= WgmmaPrefillShape::kD && p.head_dim % 8 == 0 &&
          p.kv.k.dim_contiguous(p.head_dim) && v_rows(p) && q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
 #else
   (void)p, (void)device;

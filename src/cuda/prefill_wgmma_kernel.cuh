@@ -14,6 +14,9 @@
 // Inside a consumer, tile j's S and softmax overlap tile j-1's P V; the two consumers issue
 // their matrix work independently (strict turns, FA3's "pingpong", measured 1-2% slower).
 // Register budgets are moved from the producer to the consumers with setmaxnreg.
+// A head_dim below 128 (a multiple of 8) runs zero-padded: Q's, and the gathered K and V rows'
+// dims past it are zeros, as are a TMA box's (its tensor map ends at head_dim); those output
+// dims are not written.
 // Design log and measurements: docs/perf-notes.md (CUDA prefill, v5 onwards).
 #pragma once
 
@@ -85,6 +88,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const detail::KVTensorAccess& ka = p.kv.k;
     const detail::KVTensorAccess& va = p.kv.v;
     const int chunk = lane & 15;  // the 16-byte chunk of a row this thread copies
+    const bool chunk_live = chunk * 8 < p.head_dim;  // else zeros: a dim past head_dim
     const T* k_base = reinterpret_cast<const T*>(ka.data) + ka.offset(0, kv_head, 0, chunk * 8);
     const T* v_base = reinterpret_cast<const T*>(va.data) + va.offset(0, kv_head, 0, chunk * 8);
     // The host checked that page and token strides fit 31 bits and that every row's offset in
@@ -136,7 +140,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
           const std::uint32_t off = decltype(is_v)::value ? (odd ? rows.w : rows.y) : (odd ? rows.z : rows.x);
           // Outside the keys: zeros (masked, never NaN).
           sm90::cp_async_16_or_zeros(tile + dst_base + pass_offset(pass) + swizzle[pass & 3],
-                                     base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8, off != kOutside);
+                                     base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8,
+                                     off != kOutside && chunk_live);
         }
       }
     };
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const int i = wt + 128 * k, r = i / Shape::kChunks, c = i % Shape::kChunks;
     const std::int64_t packed = wg_row0 + r, tok = packed / group;
     qv[k] = make_uint4(0, 0, 0, 0);
-    if (tok < n_q) {
+    if (tok < n_q && c * 8 < p.head_dim) {
       const std::int64_t head = kv_head * group + packed % group;
       qv[k] = *reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.qo.q) + query_token(tok) * p.qo.q_token_stride +
                                               head * p.qo.q_head_stride + c * 8);
@@ -485,6 +490,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
   std::byte* out = p.qo.out + split * prm.out_split_stride * out_size;
   float* lse = p.qo.lse ? p.qo.lse + split * prm.lse_split_stride : nullptr;
+  const int hd_blocks = static_cast<int>(p.head_dim / 8);  // 8-dim blocks of the output
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const Row row = row_of(r);
@@ -499,11 +505,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
+        if (i >= hd_blocks) break;
         *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<T>(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
+        if (i >= hd_blocks) break;
         store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig, o[4 * i + 2 * r] * inv);
         store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, o[4 * i + 2 * r + 1] * inv);
       }

@@ -12,7 +12,7 @@ struct WgmmaPrefillShape {
   static constexpr int kThreads = 384;  // producer + two consumer warpgroups
   static constexpr int kRows = 128;     // packed query rows per CTA, 64 per consumer
   static constexpr int kKeys = 128;     // keys per K/V tile
-  static constexpr int kD = 128;        // head_dim
+  static constexpr int kD = 128;        // head_dim (smaller ones zero-padded)
   static constexpr int kStages = 3;
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kRows * kD * 2;
@@ -33,7 +33,7 @@ struct WgmmaPrefillShape {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register budgets fit the SM");
 };
 
-// T: __nv_bfloat16 or __half (q and cache); head_dim 128.
+// T: __nv_bfloat16 or __half (q and cache); head_dim a multiple of 8 up to 128.
 template <class T>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream);
 }  // namespace pagedattn::cuda

@@ -115,7 +115,7 @@ struct ScopedKernelChoice : ScopedEnv {
   explicit ScopedKernelChoice(const char* value) : ScopedEnv("PAGEDATTN_PREFILL_KERNEL", value) {}
 };
 
-// The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 at head_dim 128.
+// The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 up to head_dim 128.
 TEST_P(CudaPrefill, MatchesReference) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   expect_matches_reference(GetParam());
@@ -129,7 +129,8 @@ TEST_P(CudaPrefill, MatchesReferenceWithoutPageBoxes) {
   expect_matches_reference(GetParam());
 }
 
-// The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and head_dim 64.
+// The portable mma.sync kernel, which Hopper otherwise uses only for fp8, head_dim 256 and
+// vLLM's split layout.
 TEST_P(CudaPrefill, MatchesReferenceOnMmaSyncKernel) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedKernelChoice mma("mma");
@@ -243,7 +244,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefill, ::testing::ValuesIn(cases()),
                          });
 
 // The kernel choice itself: on compute capability 9.0, bf16 / f16 caches of q's dtype at
-// head_dim 128 go to the Hopper kernel (128-key tiles); fp8, other head dims, vLLM's split layout,
+// head dims up to 128 go to the Hopper kernel (128-key tiles); fp8, head_dim 256, vLLM's split layout,
 // misaligned q rows and PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32 at
 // head_dim 256), as does every other device.
 TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
@@ -269,10 +270,14 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   };
   { auto q = p; q.qo.q_dtype = q.kv.dtype = DType::kF16; EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper); }
   { auto q = p; q.kv.dtype = DType::kF8E4M3; expect_portable(q, "fp8 cache"); }
-  { auto q = p; q.head_dim = q.kv.head_dim = 64; expect_portable(q, "head_dim 64"); }
   {
     auto q = p;
-    q.head_dim = q.kv.head_dim = 256;
+    q.head_dim = q.kv.head_dim = q.kv.k.chunk_len = q.kv.v.chunk_len = 80;
+    EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper) << "head_dim 80";
+  }
+  {
+    auto q = p;
+    q.head_dim = q.kv.head_dim = q.kv.k.chunk_len = q.kv.v.chunk_len = 256;
     const cuda::PrefillGeometry g256 = cuda::prefill_geometry(q, 0);
     EXPECT_FALSE(g256.hopper);
     EXPECT_EQ(g256.tile_keys, 32);
