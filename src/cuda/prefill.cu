@@ -132,7 +132,7 @@ PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) 
     g.hopper = true;
     g.rows_per_cta = WgmmaPrefillShape::kRows;
     g.tile_keys = WgmmaPrefillShape::kKeys;
-    g.cta_smem_bytes = WgmmaPrefillShape::kBytes;
+    g.cta_smem_bytes = wgmma_prefill_dims(p.head_dim) == 64 ? WgmmaPrefillShapeOf<64>::kBytes : WgmmaPrefillShape::kBytes;
     cta_regs = 65536;  // launch bounds (384, 1): the whole register file
   } else {
     g = is_fp8(p.kv.dtype) ? mma_shape<Fp8E4M3>(p) : mma_shape<__nv_bfloat16>(p);

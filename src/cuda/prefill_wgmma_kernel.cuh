@@ -14,7 +14,8 @@
 // Inside a consumer, tile j's S and softmax overlap tile j-1's P V; the two consumers issue
 // their matrix work independently (strict turns, FA3's "pingpong", measured 1-2% slower).
 // Register budgets are moved from the producer to the consumers with setmaxnreg.
-// A head_dim below 128 (a multiple of 8) runs zero-padded: Q's, and the gathered K and V rows'
+// Head dims: kD = 128, or 64 (S's k-steps and P V's columns halved) for head dims up to 64; a
+// head_dim below kD (a multiple of 8) runs zero-padded: Q's, and the gathered K and V rows'
 // dims past it are zeros, as are a TMA box's (its tensor map ends at head_dim); those output
 // dims are not written.
 // Design log and measurements: docs/perf-notes.md (CUDA prefill, v5 onwards).
@@ -36,16 +37,17 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
   else return op(tree_reduce<kLo, kN / 2>(get, op), tree_reduce<kLo + kN / 2, kN / 2>(get, op));
 }
 
-// T: bf16 or f16 (q and cache); kPlain: no soft-cap and no ALiBi; kPageMajor: the ring's tiles
-// are stored page by page (16-key pages, see WgmmaPrefillShape), else as two 64-dim halves of
-// 128 keys. Grid as the mma.sync kernel: (packed row tile, KV head + num_kv_heads * split,
-// sequence).
-template <class T, bool kPlain, bool kPageMajor>
+// T: bf16 or f16 (q and cache); kD: 128 or 64; kPlain: no soft-cap and no ALiBi; kPageMajor
+// (kD 128 only): the ring's tiles are stored page by page (16-key pages, see
+// WgmmaPrefillShape), else as 64-dim halves of 128 keys. Grid as the mma.sync kernel: (packed
+// row tile, KV head + num_kv_heads * split, sequence).
+template <class T, int kD, bool kPlain, bool kPageMajor>
 __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     paged_prefill_wgmma_kernel(const __grid_constant__ PrefillKernelParams prm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaPrefillShape;
-  constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys, kD = Shape::kD, kStages = Shape::kStages;
+  using Shape = WgmmaPrefillShapeOf<kD>;
+  static_assert(!kPageMajor || kD == 128, "page-major tiles hold 128-dim rows");
+  constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys, kStages = Shape::kStages, kHalves = Shape::kHalves;
   constexpr float kNegInf = detail::kNegInf;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (sm90::smem_address(smem_raw) & 1023)) & 1023);
@@ -131,6 +133,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     for (int q = 0; q < 4; ++q) swizzle[q] = ((chunk & 7) ^ ((2 * q + hi) & 7)) << 4;
     const uint4* my_pass_pairs = reinterpret_cast<const uint4*>(my_rows + hi * 16);
     auto copy_tile = [&](std::uint32_t tile, const T* base, auto is_v) {
+      if (chunk >= Shape::kChunks) return;  // kD 64: half of the lanes
 #pragma unroll
       for (int pair = 0; pair < 8; ++pair) {
         const uint4 rows = my_pass_pairs[pair];  // passes 2 pair and 2 pair + 1
@@ -156,22 +159,23 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       return prm.tma_pages && ts >= t_begin && ts + kKeys <= t_end;
     };
     // Warp 0's lane i issues box i of a TMA tile (its page id looked up a tile ahead, as the
-    // rows): page i, both halves, in a page-major tile; else page i / 2, dims 64 * (i % 2).
-    const int boxes = kPageMajor ? pages_per_tile : 2 * pages_per_tile;
+    // rows): page i, both halves, in a page-major tile; else page i / kHalves, dims
+    // 64 * (i % kHalves).
+    const int boxes = kPageMajor ? pages_per_tile : kHalves * pages_per_tile;
     auto find_page = [&](int j) {
       if (warp != 0 || lane >= boxes || j >= n_tiles || !by_tma(j)) return 0;
       const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
-      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + (kPageMajor ? lane : lane / 2)));
+      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + (kPageMajor ? lane : lane / kHalves)));
     };
     const int c_head1 = prm.tma_head_inner ? kv_head : 0, c_head2 = prm.tma_head_inner ? 0 : kv_head;
     const std::uint32_t box_offset =
-        kPageMajor ? lane * Shape::kPageMajorBytes : (lane & 1) * kKeys * 128 + (lane >> 1) * P * 128;
+        kPageMajor ? lane * Shape::kPageMajorBytes : (lane % kHalves) * kKeys * 128 + (lane / kHalves) * P * 128;
     auto load_pages = [&](std::uint32_t tile, const CUtensorMap* map, std::uint64_t* full, int page) {
       if (lane >= boxes) return;
       if constexpr (kPageMajor) {
         sm90::tma_load_5d(tile + box_offset, map, 0, 0, 0, prm.page_mul_g * page, prm.page_mul_h * page + kv_head, full);
       }
-      else sm90::tma_load_4d(tile + box_offset, map, 64 * (lane & 1), c_head1, c_head2, page, full);
+      else sm90::tma_load_4d(tile + box_offset, map, 64 * (lane % kHalves), c_head1, c_head2, page, full);
     };
     uint2 next = by_tma(0) ? make_uint2(kOutside, kOutside) : find_row(0);
     int next_pages = find_page(0);
@@ -307,9 +311,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     return sm90::advanced(desc0, static_cast<std::uint32_t>(j % kStages) * Shape::kTileBytes);
   };
 
-  float o[64];
+  float o[kD / 2];  // O's 64 x kD accumulators
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   auto wait_k = [&](int j) { sm90::mbarrier_wait(&full_k[j % kStages], (j / kStages) & 1); };
   auto wait_v = [&](int j) { sm90::mbarrier_wait(&full_v[j % kStages], (j / kStages) & 1); };
@@ -416,7 +420,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   auto rescale_and_pack = [&](const float (&corr)[2], bool rescale) {
     if (rescale) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
     }
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
@@ -504,13 +508,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
     if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
+      for (int i = 0; i < kD / 8; ++i) {
         if (i >= hd_blocks) break;
         *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<T>(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
+      for (int i = 0; i < kD / 8; ++i) {
         if (i >= hd_blocks) break;
         store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig, o[4 * i + 2 * r] * inv);
         store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, o[4 * i + 2 * r + 1] * inv);
@@ -521,24 +525,31 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
 #endif
 }
 
-// Launches paged_prefill_wgmma_kernel<T> over `grid`. Instantiated in sm90a/prefill_wgmma_*.cu.
+// Launches paged_prefill_wgmma_kernel<T, wgmma_prefill_dims(head_dim)> over `grid`. Instantiated
+// in sm90a/prefill_wgmma_*.cu.
 template <class T>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream) {
-  auto launch = [&](auto plain_c, auto page_major_c) {
-    constexpr int kBytes = WgmmaPrefillShape::kBytes;
-    auto kernel = paged_prefill_wgmma_kernel<T, decltype(plain_c)::value, decltype(page_major_c)::value>;
+  auto launch = [&](auto d_c, auto plain_c, auto page_major_c) {
+    constexpr int kD = decltype(d_c)::value;
+    constexpr int kBytes = WgmmaPrefillShapeOf<kD>::kBytes;
+    auto kernel = paged_prefill_wgmma_kernel<T, kD, decltype(plain_c)::value, decltype(page_major_c)::value>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, WgmmaPrefillShape::kThreads, kBytes, stream>>>(prm);
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
-  if (prm.page_major) {
-    if (plain) launch(std::true_type{}, std::true_type{});
-    else launch(std::false_type{}, std::true_type{});
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (wgmma_prefill_dims(prm.p.head_dim) == 64) {  // 64-dim rows: never page-major
+    if (plain) launch(D64{}, std::true_type{}, std::false_type{});
+    else launch(D64{}, std::false_type{}, std::false_type{});
+  } else if (prm.page_major) {
+    if (plain) launch(D128{}, std::true_type{}, std::true_type{});
+    else launch(D128{}, std::false_type{}, std::true_type{});
   } else {
-    if (plain) launch(std::true_type{}, std::false_type{});
-    else launch(std::false_type{}, std::false_type{});
+    if (plain) launch(D128{}, std::true_type{}, std::false_type{});
+    else launch(D128{}, std::false_type{}, std::false_type{});
   }
 }
 

@@ -7,12 +7,15 @@
 namespace pagedattn::cuda {
 struct PrefillKernelParams;
 
-// The kernel's tiles and resources, for the host-side planners too.
-struct WgmmaPrefillShape {
+// The kernel's tiles and resources, for the host-side planners too; kHeadDims: 128, or 64 for
+// head dims up to 64 (smaller ones run zero-padded on either).
+template <int kHeadDims>
+struct WgmmaPrefillShapeOf {
   static constexpr int kThreads = 384;  // producer + two consumer warpgroups
   static constexpr int kRows = 128;     // packed query rows per CTA, 64 per consumer
   static constexpr int kKeys = 128;     // keys per K/V tile
-  static constexpr int kD = 128;        // head_dim (smaller ones zero-padded)
+  static constexpr int kD = kHeadDims;
+  static constexpr int kHalves = kD / 64;  // 64-dim halves of a row (128 swizzled bytes each)
   static constexpr int kStages = 3;
   static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
   static constexpr int kQBytes = kRows * kD * 2;
@@ -32,6 +35,10 @@ struct WgmmaPrefillShape {
   static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register budgets fit the SM");
 };
+using WgmmaPrefillShape = WgmmaPrefillShapeOf<128>;
+
+// The kernel's head dims for a head_dim (a multiple of 8 up to 128).
+inline int wgmma_prefill_dims(long long head_dim) { return head_dim <= 64 ? 64 : 128; }
 
 // T: __nv_bfloat16 or __half (q and cache); head_dim a multiple of 8 up to 128.
 template <class T>

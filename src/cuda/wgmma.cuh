@@ -51,6 +51,21 @@ __device__ __forceinline__ std::uint64_t advanced(std::uint64_t desc, std::uint3
       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
       : __VA_ARGS__)
 
+// The 32 accumulator registers of an m64n64 tile.
+#define PAGEDATTN_WGMMA_M64N64K16(TYPE, A_OPERAND, TRANSPOSE, ...)                          \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"                                      \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {"                   \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, " A_OPERAND ", %32, p, 1, 1" TRANSPOSE ";\n}\n"                                 \
+      :                                                                                \
+      "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : __VA_ARGS__)
+
 // d (64 x 128, f32) (+)= A (64 x 16, shared, K-major) B (16 x 128, shared, K-major); d is
 // overwritten when accumulate is 0.
 template <class T>
@@ -62,8 +77,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], std::uint64_t a_desc, s
   }
 }
 
-// d (64 x 128, f32) += A (64 x 16, registers: the m16n8k16 A fragment of each warp's 16 rows)
-// B (16 x 128, shared, MN-major).
+// d (64 x N, f32) += A (64 x 16, registers: the m16n8k16 A fragment of each warp's 16 rows)
+// B (16 x N, shared, MN-major), N = 128 or 64 (d's registers: N / 2).
 template <class T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -74,8 +89,19 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a
                                "r"(a[2]), "r"(a[3]));
   }
 }
+template <class T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGEDATTN_WGMMA_M64N64K16("bf16", "{%34, %35, %36, %37}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
+                              "r"(a[2]), "r"(a[3]));
+  } else {
+    PAGEDATTN_WGMMA_M64N64K16("f16", "{%34, %35, %36, %37}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
+                              "r"(a[2]), "r"(a[3]));
+  }
+}
 
 #undef PAGEDATTN_WGMMA_M64N128K16
+#undef PAGEDATTN_WGMMA_M64N64K16
 
 // Before the first wgmma that reads registers written by ordinary instructions.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -85,9 +111,10 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Keeps the compiler from moving reads or writes of wgmma operands across a wgmma wait.
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+template <int kN>
+__device__ __forceinline__ void fence_registers(float (&d)[kN]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void fence_registers(std::uint32_t (&a)[4]) {
 #pragma unroll
