@@ -44,6 +44,23 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 
 namespace {
 
+// The Hopper kernel's rows, key tile and shared memory for a head_dim.
+PrefillGeometry wgmma_shape(std::int64_t head_dim) {
+  auto of = [](auto shape) {
+    PrefillGeometry g;
+    g.hopper = true;
+    g.rows_per_cta = decltype(shape)::kRows;
+    g.tile_keys = decltype(shape)::kKeys;
+    g.cta_smem_bytes = decltype(shape)::kBytes;
+    return g;
+  };
+  switch (wgmma_prefill_dims(head_dim)) {
+    case 64: return of(WgmmaPrefillShapeOf<64>{});
+    case 128: return of(WgmmaPrefillShapeOf<128>{});
+    default: return of(WgmmaPrefillShapeOf<256>{});
+  }
+}
+
 // V rows as 16-byte runs of dims (NHD, HND); otherwise the mma.sync kernel takes V transposed.
 bool v_rows(const detail::AttentionProblem& p) {
   return rows_vectorisable(p.kv.v, p.kv.dtype, elements_per_copy(p.kv.dtype));
@@ -60,7 +77,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
                               (p.kv.page_size - 1) * t.token_stride;
     return last / 8 < std::int64_t{0xffffffff};
   };
-  return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim <= WgmmaPrefillShape::kD && p.head_dim % 8 == 0 &&
+  return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim <= 256 && p.head_dim % 8 == 0 &&
          p.kv.k.dim_contiguous(p.head_dim) && v_rows(p) && q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
 #else
   (void)p, (void)device;
@@ -75,7 +92,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm) {
   if (detail::env_switched_off("PAGEDATTN_PREFILL_TMA")) return false;
   const std::int64_t P = p.kv.page_size;
-  if (P % 8 != 0 || WgmmaPrefillShape::kKeys % P != 0) return false;
+  if (P % 8 != 0 || wgmma_shape(p.head_dim).tile_keys % P != 0) return false;
   KVPageGroupBoxes groups;
   prm.page_major = P == WgmmaPrefillShape::kPageMajorSlots && !detail::env_switched_off("PAGEDATTN_PREFILL_WHOLE_PAGES") &&
                    encode_kv_page_groups(p.kv, groups);
@@ -129,10 +146,7 @@ PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) 
   PrefillGeometry g;
   std::int64_t cta_regs = 0;
   if (hopper_kernel_fits(p, device)) {
-    g.hopper = true;
-    g.rows_per_cta = WgmmaPrefillShape::kRows;
-    g.tile_keys = WgmmaPrefillShape::kKeys;
-    g.cta_smem_bytes = wgmma_prefill_dims(p.head_dim) == 64 ? WgmmaPrefillShapeOf<64>::kBytes : WgmmaPrefillShape::kBytes;
+    g = wgmma_shape(p.head_dim);
     cta_regs = 65536;  // launch bounds (384, 1): the whole register file
   } else {
     g = is_fp8(p.kv.dtype) ? mma_shape<Fp8E4M3>(p) : mma_shape<__nv_bfloat16>(p);

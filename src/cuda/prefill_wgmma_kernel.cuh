@@ -14,8 +14,9 @@
 // Inside a consumer, tile j's S and softmax overlap tile j-1's P V; the two consumers issue
 // their matrix work independently (strict turns, FA3's "pingpong", measured 1-2% slower).
 // Register budgets are moved from the producer to the consumers with setmaxnreg.
-// Head dims: kD = 128, or 64 (S's k-steps and P V's columns halved) for head dims up to 64; a
-// head_dim below kD (a multiple of 8) runs zero-padded: Q's, and the gathered K and V rows'
+// Head dims: kD = 128, 64 (S's k-steps and P V's columns halved) for head dims up to 64, or 256
+// (64-key tiles in two stages, P V as two n128 wgmma per k-step) past 128; a head_dim below kD
+// (a multiple of 8) runs zero-padded: Q's, and the gathered K and V rows'
 // dims past it are zeros, as are a TMA box's (its tensor map ends at head_dim); those output
 // dims are not written.
 // Design log and measurements: docs/perf-notes.md (CUDA prefill, v5 onwards).
@@ -37,7 +38,7 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
   else return op(tree_reduce<kLo, kN / 2>(get, op), tree_reduce<kLo + kN / 2, kN / 2>(get, op));
 }
 
-// T: bf16 or f16 (q and cache); kD: 128 or 64; kPlain: no soft-cap and no ALiBi; kPageMajor
+// T: bf16 or f16 (q and cache); kD: 64, 128 or 256; kPlain: no soft-cap and no ALiBi; kPageMajor
 // (kD 128 only): the ring's tiles are stored page by page (16-key pages, see
 // WgmmaPrefillShape), else as 64-dim halves of 128 keys. Grid as the mma.sync kernel: (packed
 // row tile, KV head + num_kv_heads * split, sequence).
@@ -48,6 +49,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   using Shape = WgmmaPrefillShapeOf<kD>;
   static_assert(!kPageMajor || kD == 128, "page-major tiles hold 128-dim rows");
   constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys, kStages = Shape::kStages, kHalves = Shape::kHalves;
+  constexpr int kWarpRows = Shape::kWarpRows, kOBlocks = Shape::kOBlocks, kOCols = Shape::kOCols;
+  constexpr int kDimPasses = Shape::kChunks > 16 ? Shape::kChunks / 16 : 1;  // 16 lanes cover 16 chunks of a row per pass
   constexpr float kNegInf = detail::kNegInf;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (sm90::smem_address(smem_raw) & 1023)) & 1023);
@@ -90,7 +93,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const detail::KVTensorAccess& ka = p.kv.k;
     const detail::KVTensorAccess& va = p.kv.v;
     const int chunk = lane & 15;  // the 16-byte chunk of a row this thread copies
-    const bool chunk_live = chunk * 8 < p.head_dim;  // else zeros: a dim past head_dim
+    // Dims past head_dim are zeros: which of this thread's chunks (one per dim pass) are real.
+    bool chunk_live[kDimPasses];
+#pragma unroll
+    for (int dp = 0; dp < kDimPasses; ++dp) chunk_live[dp] = (chunk + 16 * dp) * 8 < p.head_dim;
     const T* k_base = reinterpret_cast<const T*>(ka.data) + ka.offset(0, kv_head, 0, chunk * 8);
     const T* v_base = reinterpret_cast<const T*>(va.data) + va.offset(0, kv_head, 0, chunk * 8);
     // The host checked that page and token strides fit 31 bits and that every row's offset in
@@ -99,16 +105,16 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const auto k_token_stride = static_cast<std::int32_t>(ka.token_stride), v_token_stride = static_cast<std::int32_t>(va.token_stride);
     const auto P = static_cast<std::uint32_t>(p.kv.page_size);
     constexpr std::uint32_t kOutside = 0xffffffffu;
-    // Each warp copies 32 rows of a tile: lane l finds row 32 * warp + l's K and V offsets in
+    // Each warp copies kWarpRows rows of a tile: lane l finds row kWarpRows * warp + l's K and V offsets in
     // 16-byte units (a tile ahead, so the page-table load is in flight while the warp waits and
     // copies), then the warp copies two rows (16 lanes x 16 bytes each) per pass. The offsets
     // are stored odd rows after even ones, so that a thread's rows of two passes (2 pass + hi,
     // 2 pass + 2 + hi) are one 16-byte shared load: the gather's shared loads and copies share
     // the MIO queue with the consumers, which kept page-size-1 tiles waiting (perf-notes, v14).
-    uint2* my_rows = s_rows + warp * 32;
+    uint2* my_rows = s_rows + warp * kWarpRows;
     auto find_row = [&](int j) {
-      const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + warp * 32 + lane;
-      if (j >= n_tiles || t < t_begin || t >= t_end) return make_uint2(kOutside, kOutside);
+      const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + warp * kWarpRows + lane;
+      if (j >= n_tiles || (kWarpRows < 32 && lane >= kWarpRows) || t < t_begin || t >= t_end) return make_uint2(kOutside, kOutside);
       const auto key = static_cast<std::uint32_t>(t);
       const std::uint32_t page_idx = prm.page_div.div(key);
       const std::int64_t page = pages.page(page_idx);
@@ -117,11 +123,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::int64_t v_off = page * v_page_stride + static_cast<std::int64_t>(slot) * v_token_stride;
       return make_uint2(static_cast<std::uint32_t>(k_off >> 3), static_cast<std::uint32_t>(v_off >> 3));
     };
-    // This thread's destinations: row 32 * warp + 2 * pass + hi, chunk `chunk`; the swizzle
-    // term depends on the pass only through pass % 4.
+    // This thread's destinations: row kWarpRows * warp + 2 * pass + hi, chunk `chunk` (+ 16 per
+    // dim pass); the swizzle term depends on the pass only through pass % 4.
     const int hi = lane >> 4;
     const std::uint32_t dst_base = kPageMajor ? warp * 2 * Shape::kPageMajorBytes + (chunk >> 3) * Shape::kGroupHalfBytes + hi * 128
-                                              : (chunk >> 3) * kKeys * 128 + (warp * 32 + hi) * 128;
+                                              : (chunk >> 3) * kKeys * 128 + (warp * kWarpRows + hi) * 128;
     // Rows 2 * pass and 2 * pass + 1 of the warp's 32: in the page-major tile, pages of 16
     // rows in two groups of 8.
     auto pass_offset = [](int pass) {
@@ -131,20 +137,23 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     std::uint32_t swizzle[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) swizzle[q] = ((chunk & 7) ^ ((2 * q + hi) & 7)) << 4;
-    const uint4* my_pass_pairs = reinterpret_cast<const uint4*>(my_rows + hi * 16);
+    const uint4* my_pass_pairs = reinterpret_cast<const uint4*>(my_rows + hi * (kWarpRows / 2));
     auto copy_tile = [&](std::uint32_t tile, const T* base, auto is_v) {
       if (chunk >= Shape::kChunks) return;  // kD 64: half of the lanes
 #pragma unroll
-      for (int pair = 0; pair < 8; ++pair) {
+      for (int pair = 0; pair < kWarpRows / 4; ++pair) {
         const uint4 rows = my_pass_pairs[pair];  // passes 2 pair and 2 pair + 1
 #pragma unroll
         for (int odd = 0; odd < 2; ++odd) {
           const int pass = 2 * pair + odd;
           const std::uint32_t off = decltype(is_v)::value ? (odd ? rows.w : rows.y) : (odd ? rows.z : rows.x);
-          // Outside the keys: zeros (masked, never NaN).
-          sm90::cp_async_16_or_zeros(tile + dst_base + pass_offset(pass) + swizzle[pass & 3],
-                                     base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8,
-                                     off != kOutside && chunk_live);
+#pragma unroll
+          for (int dp = 0; dp < kDimPasses; ++dp) {  // chunks 16 dp + chunk: 64-dim blocks 2 dp + chunk / 8
+            // Outside the keys: zeros (masked, never NaN).
+            sm90::cp_async_16_or_zeros(tile + dst_base + dp * 2 * kKeys * 128 + pass_offset(pass) + swizzle[pass & 3],
+                                       base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8 + dp * 128,
+                                       off != kOutside && chunk_live[dp]);
+          }
         }
       }
     };
@@ -201,7 +210,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         }
       } else {
         __syncwarp();  // the warp's reads of the previous tile's rows are done
-        my_rows[(lane & 1) * 16 + (lane >> 1)] = next;
+        if (kWarpRows == 32 || lane < kWarpRows) my_rows[(lane & 1) * (kWarpRows / 2) + (lane >> 1)] = next;
         __syncwarp();
         copy_tile(k_tile, k_base, std::false_type{});
         sm90::mbarrier_arrive_on_copies(&full_k[stage]);
@@ -311,9 +320,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     return sm90::advanced(desc0, static_cast<std::uint32_t>(j % kStages) * Shape::kTileBytes);
   };
 
-  float o[kD / 2];  // O's 64 x kD accumulators
+  float o[kOBlocks][kOCols / 2];  // O's 64 x kD accumulators, kOCols columns per block
 #pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  for (int b = 0; b < kOBlocks; ++b)
+#pragma unroll
+    for (int i = 0; i < kOCols / 2; ++i) o[b][i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   auto wait_k = [&](int j) { sm90::mbarrier_wait(&full_k[j % kStages], (j / kStages) & 1); };
   auto wait_v = [&](int j) { sm90::mbarrier_wait(&full_v[j % kStages], (j / kStages) & 1); };
@@ -322,7 +333,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     if (lane == 0) sm90::mbarrier_arrive(&empty[j % kStages]);
   };
 
-  float sc[64];                     // S of the current tile, then its P in f32
+  float sc[kKeys / 2];               // S of the current tile, then its P in f32
   std::uint32_t pa[kKeys / 16][4];  // P of the previous tile as A fragments of 16-key steps
   auto issue_s = [&](int j) {
     const std::uint64_t kd = stage_desc(k_desc0, j);
@@ -335,11 +346,18 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const std::uint64_t vd = stage_desc(k_desc0, j) + kv_delta;
     sm90::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) sm90::wgmma_rs<T>(o, pa[ks], v_desc(vd, ks));
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+#pragma unroll
+      for (int b = 0; b < kOBlocks; ++b) {  // dims 128 b ..: two 64-dim blocks further
+        const std::uint64_t desc = v_desc(vd, ks);
+        sm90::wgmma_rs<T>(o[b], pa[ks], b == 0 ? desc : sm90::advanced(desc, b * 2 * kHalfBytes));
+      }
+    }
     sm90::wgmma_commit();
   };
   auto pv_done = [&] {
-    sm90::fence_registers(o);
+#pragma unroll
+    for (int b = 0; b < kOBlocks; ++b) sm90::fence_registers(o[b]);
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) sm90::fence_registers(pa[ks]);
   };
@@ -364,7 +382,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     for (int r = 0; r < 2; ++r) lo[r] = key_lo[r] - ts - 2 * tig, hi[r] = key_hi[r] - ts - 2 * tig;
     // Accumulator i * 4 + e: row gid + 8 * (e / 2), key ts + 8 * i + 2 * tig + e % 2.
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kKeys / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
@@ -385,12 +403,12 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         sc[4 * i + e] = x;
       }
     }
-    // Row maxima and (below) row sums as trees: five dependent steps instead of 32. Row r's
+    // Row maxima and (below) row sums as trees: log2(kKeys / 4) dependent steps. Row r's
     // values are accumulators 4 i + 2 r and 4 i + 2 r + 1.
     auto row_value = [&](int r) { return [&sc, r](int k) { return sc[4 * (k >> 1) + 2 * r + (k & 1)]; }; };
     auto max2 = [](float a, float b) { return fmaxf(a, b); };
 #pragma unroll
-    for (int r = 0; r < 2; ++r) rmax[r] = tree_reduce<0, 32>(row_value(r), max2);
+    for (int r = 0; r < 2; ++r) rmax[r] = tree_reduce<0, kKeys / 4>(row_value(r), max2);
     const float p_mul = kPlain ? s_mul : 1.0f;  // what still multiplies the stored logits
     float m_sub[2], m_new[2];
     bool drift = false;
@@ -411,16 +429,18 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       m_sub[r] = m[r] == kNegInf ? 0.0f : m[r];
     }
 #pragma unroll
-    for (int i = 0; i < 64; ++i) sc[i] = fast_exp2(fmaf(sc[i], p_mul, -m_sub[(i >> 1) & 1]));
+    for (int i = 0; i < kKeys / 2; ++i) sc[i] = fast_exp2(fmaf(sc[i], p_mul, -m_sub[(i >> 1) & 1]));
     auto add2 = [](float a, float b) { return a + b; };
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] += tree_reduce<0, 32>(row_value(r), add2);
+    for (int r = 0; r < 2; ++r) l[r] += tree_reduce<0, kKeys / 4>(row_value(r), add2);
   };
   // O takes the factors; P (sc) becomes the A fragments: n-blocks 2 ks and 2 ks + 1.
   auto rescale_and_pack = [&](const float (&corr)[2], bool rescale) {
     if (rescale) {
 #pragma unroll
-      for (int i = 0; i < kD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+      for (int b = 0; b < kOBlocks; ++b)
+#pragma unroll
+        for (int i = 0; i < kOCols / 2; ++i) o[b][i] *= corr[(i >> 1) & 1];
     }
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
@@ -508,16 +528,20 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
     if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < kD / 8; ++i) {
+      for (int i = 0; i < kD / 8; ++i) {  // columns 8 i + 2 tig: block i / (kOCols / 8)
         if (i >= hd_blocks) break;
-        *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<T>(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+        const float* ob = o[i / (kOCols / 8)];
+        const int c = i % (kOCols / 8);
+        *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<T>(ob[4 * c + 2 * r] * inv, ob[4 * c + 2 * r + 1] * inv);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < kD / 8; ++i) {
         if (i >= hd_blocks) break;
-        store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig, o[4 * i + 2 * r] * inv);
-        store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, o[4 * i + 2 * r + 1] * inv);
+        const float* ob = o[i / (kOCols / 8)];
+        const int c = i % (kOCols / 8);
+        store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig, ob[4 * c + 2 * r] * inv);
+        store_one(o_row, p.qo.out_dtype, 8 * i + 2 * tig + 1, ob[4 * c + 2 * r + 1] * inv);
       }
     }
     if (tig == 0 && lse) lse[q_tok * p.qo.lse_token_stride + row.head * p.qo.lse_head_stride] = natural_lse(M, L);
@@ -541,9 +565,14 @@ void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaS
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
   using D64 = std::integral_constant<int, 64>;
   using D128 = std::integral_constant<int, 128>;
-  if (wgmma_prefill_dims(prm.p.head_dim) == 64) {  // 64-dim rows: never page-major
+  using D256 = std::integral_constant<int, 256>;
+  const int dims = wgmma_prefill_dims(prm.p.head_dim);
+  if (dims == 64) {  // rows of other than 128 dims: never page-major
     if (plain) launch(D64{}, std::true_type{}, std::false_type{});
     else launch(D64{}, std::false_type{}, std::false_type{});
+  } else if (dims == 256) {
+    if (plain) launch(D256{}, std::true_type{}, std::false_type{});
+    else launch(D256{}, std::false_type{}, std::false_type{});
   } else if (prm.page_major) {
     if (plain) launch(D128{}, std::true_type{}, std::true_type{});
     else launch(D128{}, std::false_type{}, std::true_type{});

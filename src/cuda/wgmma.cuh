@@ -66,14 +66,23 @@ __device__ __forceinline__ std::uint64_t advanced(std::uint64_t desc, std::uint3
       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : __VA_ARGS__)
 
-// d (64 x 128, f32) (+)= A (64 x 16, shared, K-major) B (16 x 128, shared, K-major); d is
-// overwritten when accumulate is 0.
+// d (64 x N, f32) (+)= A (64 x 16, shared, K-major) B (16 x N, shared, K-major), N = 128 or 64
+// (d's registers: N / 2); d is overwritten when accumulate is 0.
 template <class T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], std::uint64_t a_desc, std::uint64_t b_desc, int accumulate) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     PAGEDATTN_WGMMA_M64N128K16("bf16", "%66", ", 0, 0", "l"(b_desc), "r"(accumulate), "l"(a_desc));
   } else {
     PAGEDATTN_WGMMA_M64N128K16("f16", "%66", ", 0, 0", "l"(b_desc), "r"(accumulate), "l"(a_desc));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], std::uint64_t a_desc, std::uint64_t b_desc, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    PAGEDATTN_WGMMA_M64N64K16("bf16", "%34", ", 0, 0", "l"(b_desc), "r"(accumulate), "l"(a_desc));
+  } else {
+    PAGEDATTN_WGMMA_M64N64K16("f16", "%34", ", 0, 0", "l"(b_desc), "r"(accumulate), "l"(a_desc));
   }
 }
 

@@ -115,7 +115,7 @@ struct ScopedKernelChoice : ScopedEnv {
   explicit ScopedKernelChoice(const char* value) : ScopedEnv("PAGEDATTN_PREFILL_KERNEL", value) {}
 };
 
-// The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 up to head_dim 128.
+// The kernel the device picks: on Hopper, the wgmma kernel for bf16 / f16 caches.
 TEST_P(CudaPrefill, MatchesReference) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   expect_matches_reference(GetParam());
@@ -129,8 +129,7 @@ TEST_P(CudaPrefill, MatchesReferenceWithoutPageBoxes) {
   expect_matches_reference(GetParam());
 }
 
-// The portable mma.sync kernel, which Hopper otherwise uses only for fp8, head_dim 256 and
-// vLLM's split layout.
+// The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and vLLM's split layout.
 TEST_P(CudaPrefill, MatchesReferenceOnMmaSyncKernel) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedKernelChoice mma("mma");
@@ -153,7 +152,7 @@ std::vector<Case> cases() {
       out.push_back(c);
     }
   }
-  for (std::int64_t d : {64, 128}) {
+  for (std::int64_t d : {64, 128, 256}) {
     for (std::int64_t ps : {1, 3, 8, 16, 32, 64, 128}) {
       Case c;
       c.head_dim = d;
@@ -244,9 +243,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefill, ::testing::ValuesIn(cases()),
                          });
 
 // The kernel choice itself: on compute capability 9.0, bf16 / f16 caches of q's dtype at
-// head dims up to 128 go to the Hopper kernel (128-key tiles); fp8, head_dim 256, vLLM's split layout,
-// misaligned q rows and PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32 at
-// head_dim 256), as does every other device.
+// any head_dim go to the Hopper kernel (128-key tiles, 64 at head_dim 256); fp8, vLLM's split
+// layout, misaligned q rows and PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32
+// at head_dim 256), as does every other device.
 TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   int major = 0, minor = 0;
@@ -279,9 +278,9 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
     auto q = p;
     q.head_dim = q.kv.head_dim = q.kv.k.chunk_len = q.kv.v.chunk_len = 256;
     const cuda::PrefillGeometry g256 = cuda::prefill_geometry(q, 0);
-    EXPECT_FALSE(g256.hopper);
-    EXPECT_EQ(g256.tile_keys, 32);
-    EXPECT_EQ(g256.rows_per_cta, 64);
+    EXPECT_EQ(g256.hopper, hopper);
+    EXPECT_EQ(g256.tile_keys, hopper ? 64 : 32);
+    EXPECT_EQ(g256.rows_per_cta, hopper ? 128 : 64);
   }
   { auto q = p; q.qo.q_head_stride = 132; expect_portable(q, "q rows not 16-byte aligned"); }
   {
