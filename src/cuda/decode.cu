@@ -37,7 +37,7 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
   // cache copied in 16-element (16-byte) chunks and widened exactly.
   const bool mma_kv = kv == q || (is_fp8(kv) && rows_vectorisable(p.kv.k, kv, 16) &&
                                   rows_vectorisable(p.kv.v, kv, 16));
-  c.mma_able = c.vec && q16 && mma_kv && (p.head_dim == 64 || p.head_dim == 128);
+  c.mma_able = c.vec && q16 && mma_kv && (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
   c.mma = c.mma_able && group >= 4;
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
   c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;

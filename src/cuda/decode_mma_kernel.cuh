@@ -7,7 +7,7 @@
 // (rows past the group are zero queries whose results are discarded). K/V tiles of 16 keys
 // stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
 // the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
-// Used for head_dim 64 or 128, group size >= 4 (smaller groups too in the Hopper TMA variant,
+// Used for head_dim 64, 128 or 256, group size >= 4 (smaller groups too in the Hopper TMA variant,
 // whose stream beats the CUDA-core kernel's even with 15 of 16 rows idle), and a 16-bit q with
 // a cache of q's dtype or of fp8. With fp8, q is scaled into f16's range by a power of two and
 // the K/V scales fold into the logit scale and the final output; K's B fragments come straight from the fp8 rows (8 bytes per
@@ -20,6 +20,9 @@
 // rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
 // A softmax step takes one or two tiles (MmaDecodeSmem::kStep): two where few warps share an SM
 // and each is bound by its step's dependent chain rather than by memory.
+// At head_dim 256 O's fragments alone take 128 registers, so Q's A fragments wait in shared
+// memory (written once per CTA, read per k-step) instead of registers, and 16-bit tiles come
+// one per step (two would hold 128 KB per CTA: one CTA per SM).
 #pragma once
 
 #include "cuda/async_copy.cuh"
@@ -72,8 +75,11 @@ struct MmaDecodeSmem {
   // TMA: one mbarrier per (warp, stage) after the region, and slack to align the swizzled tiles
   // to 1024 bytes.
   static constexpr int kBarrierBytes = kTma ? kStages * kWarps * 8 : 0;
+  // head_dim 256: Q's A fragments ([k-step][lane], 16 bytes each), shared by the CTA's warps.
+  static constexpr bool kQInSmem = kD > 128;
+  static constexpr int kQBytes = kQInSmem ? (kD / 16) * 32 * 16 : 0;
   static constexpr int kAlignSlack = kTma ? 1024 : 0;
-  static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes;
+  static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes + kQBytes;
 };
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
@@ -95,6 +101,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   auto* s_pages = reinterpret_cast<std::int32_t*>(smem);
   unsigned char* s_region = smem + kPageChunk * 4;
   auto* s_bars = reinterpret_cast<std::uint64_t*>(s_region + Smem::kRegionBytes);  // TMA: [warp][stage]
+  auto* s_q = reinterpret_cast<uint4*>(s_region + Smem::kRegionBytes + Smem::kBarrierBytes);  // kQInSmem: [k-step][lane]
 
   const detail::AttentionProblem& p = prm.p;
   DecodeCta cta = cta_coords(prm, kG);
@@ -172,6 +179,13 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   // Q as A fragments, one per 16-dim k-step; rows gid and gid + 8 are query heads g0 + row.
   std::uint32_t qa[kD / 16][4];
   pack_q_fragments<T, kD, kFp8>(qf, s_mul, qa);
+  if constexpr (Smem::kQInSmem) {  // every warp packed the same fragments; warp 0 stores them
+    if (warp == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) s_q[kk * 32 + lane] = make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
+    }
+    // Read after the page ids' __syncthreads below (before any tile).
+  }
 
   float o[kD / 8][4];
 #pragma unroll
@@ -343,28 +357,50 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       // second tile past the warp's last (an odd count) is a stale stage whose keys the mask
       // below drops (a select: stale NaN cannot leak) and whose P V is skipped.
       float sc[2 * kStep][4] = {};
-#pragma unroll
-      for (int h = 0; h < kStep; ++h) {
+      // K's B fragments of k-steps kk, kk + 1 for keys nt * 8 .. nt * 8 + 7 of tile j + h.
+      auto k_fragments = [&](int h, int nt, int kk, std::uint32_t (&b)[4]) {
         const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j + h, 0));
+        if constexpr (kFp8) {  // key nt*8 + gid, dims 32 (kk / 2) + 8 tig .. + 7
+          const uint2 raw = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned char*>(k_tile) +
+                                                            (nt * 8 + gid) * Smem::kStageRowBytes + kk * 16 + tig * 8);
+          b[0] = fp8x2_to_f16x2<KV>(raw.x, 0), b[1] = fp8x2_to_f16x2<KV>(raw.x, 1);
+          b[2] = fp8x2_to_f16x2<KV>(raw.y, 0), b[3] = fp8x2_to_f16x2<KV>(raw.y, 1);
+        } else if constexpr (kTma) {
+          const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
+          ldmatrix_x4<false>(b, reinterpret_cast<const T*>(
+                                    base + sm90::swizzled_offset(nt * 8 + (lane & 7), 2 * kk + (lane >> 3), kTokens)));
+        } else {
+          ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+        }
+      };
+      if constexpr (Smem::kQInSmem) {  // each k-step pair's Q fragments read once for both key halves
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int h = 0; h < kStep; ++h) {
 #pragma unroll
           for (int kk = 0; kk < kD / 16; kk += 2) {
-            std::uint32_t b[4];  // k-steps kk, kk + 1 of keys nt*8 .. nt*8+7
-            if constexpr (kFp8) {  // key nt*8 + gid, dims 32 (kk / 2) + 8 tig .. + 7
-              const uint2 raw = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned char*>(k_tile) +
-                                                                (nt * 8 + gid) * Smem::kStageRowBytes + kk * 16 + tig * 8);
-              b[0] = fp8x2_to_f16x2<KV>(raw.x, 0), b[1] = fp8x2_to_f16x2<KV>(raw.x, 1);
-              b[2] = fp8x2_to_f16x2<KV>(raw.y, 0), b[3] = fp8x2_to_f16x2<KV>(raw.y, 1);
-            } else if constexpr (kTma) {
-              const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
-              ldmatrix_x4<false>(b, reinterpret_cast<const T*>(
-                                        base + sm90::swizzled_offset(nt * 8 + (lane & 7), 2 * kk + (lane >> 3), kTokens)));
-            } else {
-              ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
+            const uint4 q0 = s_q[kk * 32 + lane], q1 = s_q[(kk + 1) * 32 + lane];
+            const std::uint32_t a0[4] = {q0.x, q0.y, q0.z, q0.w}, a1[4] = {q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              std::uint32_t b[4];
+              k_fragments(h, nt, kk, b);
+              mma16816<T>(sc[2 * h + nt], a0, b[0], b[1]);
+              mma16816<T>(sc[2 * h + nt], a1, b[2], b[3]);
             }
-            mma16816<T>(sc[2 * h + nt], qa[kk], b[0], b[1]);
-            mma16816<T>(sc[2 * h + nt], qa[kk + 1], b[2], b[3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < kStep; ++h) {
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int kk = 0; kk < kD / 16; kk += 2) {
+              std::uint32_t b[4];
+              k_fragments(h, nt, kk, b);
+              mma16816<T>(sc[2 * h + nt], qa[kk], b[0], b[1]);
+              mma16816<T>(sc[2 * h + nt], qa[kk + 1], b[2], b[3]);
+            }
           }
         }
       }
@@ -554,7 +590,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 }
 
 // Launches paged_decode_mma_kernel<KV, T, head_dim, kTma, tiles per step, warps> (T bf16 or
-// f16; KV = T, or fp8 with T = f16; head_dim 64 or 128). fp8 always takes two tiles per step
+// f16; KV = T, or fp8 with T = f16; head_dim 64, 128 or 256). fp8 always takes two tiles per step
 // and the cp.async 16-bit kernel one; the TMA kernel takes two when `pair_steps` (its four
 // stages fit three CTAs per SM instead of four), and four warps per CTA when `wide`.
 // Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
@@ -579,12 +615,13 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool p
   };
   auto with_step = [&](auto d_c) {
     if constexpr (sizeof(KV) == 1) with_warps(d_c, std::integral_constant<int, 2>{});
-    else if constexpr (!kTma) with_warps(d_c, std::integral_constant<int, 1>{});
+    else if constexpr (!kTma || decltype(d_c)::value > 128) with_warps(d_c, std::integral_constant<int, 1>{});
     else if (pair_steps) with_warps(d_c, std::integral_constant<int, 2>{});
     else with_warps(d_c, std::integral_constant<int, 1>{});
   };
   if (head_dim == 64) with_step(std::integral_constant<int, 64>{});
-  else with_step(std::integral_constant<int, 128>{});
+  else if (head_dim == 128) with_step(std::integral_constant<int, 128>{});
+  else with_step(std::integral_constant<int, 256>{});
 }
 
 }  // namespace pagedattn::cuda

@@ -141,6 +141,11 @@ std::vector<Case> cases() {
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 16; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 48; c.page_size = 3; c.window = 100; c.alibi = true; c.soft_cap = 8.0f; c.lens = ragged; out.push_back(c); }
   { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.head_dim = 80; c.csr = true; c.lens = ragged; out.push_back(c); }
+  // head_dim 256 on tensor cores (Q's fragments in shared memory): fp8 both ways, HND with
+  // variants, GQA 32/8 rows long enough for several page-id chunks.
+  { Case c; c.head_dim = 256; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 256; c.kv = DType::kF8E5M2; c.layout = KVLayout::kHND; c.window = 300; c.alibi = true; c.soft_cap = 5.0f; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 256; c.q = DType::kF16; c.kv = DType::kF16; c.num_q_heads = 32; c.num_kv_heads = 8; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
   return out;
 }
 
