@@ -134,7 +134,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   check_arg(!o.standard_shapes || o.partition_size == 0, "--partition-size: not with --standard-shapes");
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_decode_shapes();
-    for (bench::CudaDecodeShape& shape : c.shapes) shape.layout = parse_kv_layout(o.layout);
+    for (bench::CudaDecodeShape& shape : c.shapes) shape.layout = parse_kv_layout(o.layout), shape.head_dim = o.head_dim;
   } else {
     for (const std::string& d : o.kv_dtypes) {
       bench::CudaDecodeShape shape;
@@ -157,7 +157,7 @@ int run_cuda_prefill(const BenchOptions& o, const Device& device) {
   if (o.warmup_ms >= 0) c.warmup_ms = o.warmup_ms;
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_prefill_shapes();
-    for (bench::CudaPrefillShape& shape : c.shapes) shape.layout = parse_kv_layout(o.layout);
+    for (bench::CudaPrefillShape& shape : c.shapes) shape.layout = parse_kv_layout(o.layout), shape.head_dim = o.head_dim;
   } else {
     bench::CudaPrefillShape shape;
     shape.batch = o.batch > 0 ? o.batch : 1;
@@ -244,8 +244,8 @@ int run_prefill(const BenchOptions& o) {
 // The options that describe one shape, which a benchmark's --standard-shapes table replaces.
 struct ShapeOptions {
   std::vector<CLI::Option*> options;
-  // --standard-shapes refuses them (the table fixes every shape), all but --layout, which the
-  // table takes.
+  // --standard-shapes refuses them (the table fixes every shape), all but --layout and
+  // --head-dim, which the table takes.
   void excluded_by(CLI::Option* standard_shapes) const {
     for (CLI::Option* option : options) standard_shapes->excludes(option);
   }
@@ -267,8 +267,8 @@ ShapeOptions add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t def
                               ->check(CLI::Range(1, 4096))->capture_default_str());
   shape.options.push_back(cmd.add_option("--heads", o.heads, "Query/KV heads, Q/KV (e.g. 32/8) or N")
                               ->check(heads_validator())->capture_default_str());
-  shape.options.push_back(cmd.add_option("--head-dim", o.head_dim, "Head dimension (a multiple of 8, at most 256)")
-                              ->check(CLI::Range(8, 256))->capture_default_str());
+  cmd.add_option("--head-dim", o.head_dim, "Head dimension (a multiple of 8, at most 256; also of --standard-shapes' table)")
+      ->check(CLI::Range(8, 256))->capture_default_str();
   shape.options.push_back(cmd.add_option("--batch", o.batch, fmt::format("Sequences (default {})", default_batch))
                               ->check(CLI::Range(1, 1 << 20)));
   cmd.add_option("--seed", o.seed, "Random seed")->capture_default_str();
@@ -295,7 +295,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   decode_shape.options.push_back(decode->add_option("--seq-len", d->seq_len, "Tokens of KV per sequence")
                                      ->check(CLI::Range(1, 1 << 24))->capture_default_str());
   decode_shape.excluded_by(decode->add_flag("--standard-shapes", d->standard_shapes,
-                                            "GPU only: run the whole decode table of BENCHMARKS.md (in --layout)"));
+                                            "GPU only: run the whole decode table of BENCHMARKS.md (in --layout, at --head-dim)"));
   decode->add_option("--partition-size", d->partition_size,
                      "GPU only: split-K partition in tokens (0: the planner's choice)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
@@ -313,7 +313,7 @@ void add_bench_command(CLI::App& app, Action& action) {
                                       ->check(CLI::Range(0, 1 << 24))->capture_default_str());
   prefill_shape.options.push_back(prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key"));
   prefill_shape.excluded_by(prefill->add_flag("--standard-shapes", p->standard_shapes,
-                                              "GPU only: run the prefill / append table of BENCHMARKS.md (in --layout)"));
+                                              "GPU only: run the prefill / append table of BENCHMARKS.md (in --layout, at --head-dim)"));
   prefill->add_option("--warmup-ms", p->warmup_ms,
                       "GPU only: warm up each shape at least this long, so that it is timed at the clock the "
                       "GPU's power limit lets it keep (default 500; 0: only the --warmup launches)")

@@ -6,6 +6,8 @@
 #      on a contiguous cache, the competitor), then `pagedattn bench prefill --device cuda` and
 #      bench/torch_sdpa_prefill.py (SDPA and flex_attention) in the same call, and
 #      `pagedattn bench cascade --device cuda` (shared prefix: plain decode vs. the cascade);
+#      with PREFILL_HEAD_DIMS (e.g. "64 256"), the prefill table and its competitors once more
+#      at each of those head dims;
 #   4. write the JSON records and a Markdown table to RESULTS_DIR (default: $OUT if set, else
 #      bench/results/local), and all of it as RESULTS_DIR/0-suite-results.tar.gz.
 # Build dependencies missing on the machine are taken from .deps/*.deb (tools/device/fetch_deps.sh).
@@ -74,6 +76,14 @@ if ((!skip_bench)); then
   rm -f "$RESULTS_DIR/prefill_torch.round.json"
   python3 tools/device/results_table.py "$RESULTS_DIR/prefill_cuda.json" "$RESULTS_DIR/prefill_torch.json" \
     | tee "$RESULTS_DIR/prefill.md"
+  for d in ${PREFILL_HEAD_DIMS:-}; do
+    log "prefill / append benchmark and PyTorch at head_dim $d"
+    build-gpu/pagedattn bench prefill --device cuda --standard-shapes --head-dim "$d" --json \
+      --out "$RESULTS_DIR/prefill_d${d}_cuda.json" >/dev/null || status=1
+    PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_prefill.py --head-dim "$d" --out "$RESULTS_DIR/prefill_d${d}_torch.json" >/dev/null || status=1
+    python3 tools/device/results_table.py "$RESULTS_DIR/prefill_d${d}_cuda.json" "$RESULTS_DIR/prefill_d${d}_torch.json" \
+      | tee "$RESULTS_DIR/prefill_d$d.md"
+  done
   log "cascade benchmark"
   build-gpu/pagedattn bench cascade --device cuda --json --out "$RESULTS_DIR/cascade_cuda.json" >/dev/null || status=1
   python3 tools/device/results_table.py "$RESULTS_DIR/cascade_cuda.json" | tee "$RESULTS_DIR/cascade.md"
