@@ -6,6 +6,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/decode.h"
 #include "cuda/decode_kernel.cuh"
+#include "cuda/decode_mma_kernel.cuh"
 #include "cuda/decode_mma_launch.h"
 #include "cuda/kv_rows.h"
 #include "cuda/page_tensor_map.h"
@@ -27,7 +28,16 @@ struct KernelChoice {
   std::int64_t head_tiles = 1;
 };
 
-KernelChoice choose_kernel(const detail::AttentionProblem& p) {
+// Whether the tensor-core kernel's portable (cp.async) variant fits a block of `device` at
+// head_dim 256: ~100-111 KB, past the 99 KB of sm_86 / sm_89 / sm_120 (those keep the CUDA-core
+// kernel there). The TMA variant runs only on sm_90 (227 KB).
+bool mma_fits_device(const detail::AttentionProblem& p, int device) {
+  if (p.head_dim <= 128) return true;
+  const int need = is_fp8(p.kv.dtype) ? MmaDecodeSmem<Fp8E4M3, 256>::kBytes : MmaDecodeSmem<__nv_bfloat16, 256>::kBytes;
+  return need <= cached_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+}
+
+KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   KernelChoice c;
   const std::int64_t group = p.group_size();
   const DType kv = p.kv.dtype, q = p.qo.q_dtype;
@@ -37,7 +47,8 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p) {
   // cache copied in 16-element (16-byte) chunks and widened exactly.
   const bool mma_kv = kv == q || (is_fp8(kv) && rows_vectorisable(p.kv.k, kv, 16) &&
                                   rows_vectorisable(p.kv.v, kv, 16));
-  c.mma_able = c.vec && q16 && mma_kv && (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
+  c.mma_able = c.vec && q16 && mma_kv && (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) &&
+               mma_fits_device(p, device);
   c.mma = c.mma_able && group >= 4;
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
   c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
@@ -199,7 +210,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     // A batch of near-equal lengths whose units already give nearly every SM one CTA is not
     // split: the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132
     // SMs: unsplit 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5).
-    const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p).head_tiles;
+    const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p, device).head_tiles;
     const auto sms = static_cast<std::int64_t>(sm_count(device));
     const std::int64_t target = sms * 2;
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
@@ -240,7 +251,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (p.num_seqs == 0) return;
   check_supported(p.num_seqs <= 65535, "decode on CUDA supports at most 65535 sequences per call, got " +
                                            std::to_string(p.num_seqs));
-  const KernelChoice choice = choose_kernel(p);
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  const KernelChoice choice = choose_kernel(p, device);
   DecodeKernelParams prm;
   prm.p = p;
   prm.partition_tokens = plan.partition_tokens;

@@ -102,6 +102,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   unsigned char* s_region = smem + kPageChunk * 4;
   auto* s_bars = reinterpret_cast<std::uint64_t*>(s_region + Smem::kRegionBytes);  // TMA: [warp][stage]
   auto* s_q = reinterpret_cast<uint4*>(s_region + Smem::kRegionBytes + Smem::kBarrierBytes);  // kQInSmem: [k-step][lane]
+  static_assert(!Smem::kQInSmem || (Smem::kRegionBytes + Smem::kBarrierBytes) % 16 == 0, "Q's fragments 16-byte aligned");
 
   const detail::AttentionProblem& p = prm.p;
   DecodeCta cta = cta_coords(prm, kG);

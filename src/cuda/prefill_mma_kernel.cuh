@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const std::int64_t c_lo = c_begin - c_begin % kKeys;
     const std::int64_t n_tiles = ceil_div(c_end - c_lo, kKeys);
     const auto chunk_base = static_cast<std::uint32_t>(cp0 * P);
-    // A tile's 64 row offsets are computed once, by 64 threads, into buffer j % 2 (a tile ahead
+    // A tile's kKeys row offsets are computed once, by kKeys threads, into buffer j % 2 (a tile ahead
     // of its copies, behind a barrier the loop has anyway), instead of by each of the 16 (8 for
     // fp8) threads that copy a row: the page lookup was a third of the tile loop's instructions.
     auto stage_offsets = [&](std::int64_t j, int r) {

@@ -2,9 +2,10 @@
 //
 // A CTA takes 128 packed query rows of one sequence and one KV head (row i: query token
 // i / group, head i % group, as in the mma.sync kernel) and is three warpgroups:
-// - a producer fills a three-stage ring of 128-key K and V tiles (128-byte swizzled, as wgmma
-//   reads them): a tile of whole valid pages by TMA, one box per page (16-token pages, stored
-//   by 8-slot groups: page_tensor_map.h) or per page and 64 dims, issued by the lanes of one
+// - a producer fills a three-stage ring of 128-key K and V tiles (two stages of 64 keys at
+//   head_dim 256; 128-byte swizzled, as wgmma reads them): a tile of whole valid pages by TMA,
+//   one box per page (16-token pages, stored by 8-slot groups: page_tensor_map.h) or per page
+//   and 64 dims, issued by the lanes of one
 //   warp (the page table is arbitrary, so a tile is as many boxes as pages);
 //   a tile at either end of the key range by a cp.async gather that zero-fills the keys outside
 //   it. The stage's "full_k" and "full_v" barriers complete when the bytes land;
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     const int hi = lane >> 4;
     const std::uint32_t dst_base = kPageMajor ? warp * 2 * Shape::kPageMajorBytes + (chunk >> 3) * Shape::kGroupHalfBytes + hi * 128
                                               : (chunk >> 3) * kKeys * 128 + (warp * kWarpRows + hi) * 128;
-    // Rows 2 * pass and 2 * pass + 1 of the warp's 32: in the page-major tile, pages of 16
+    // Rows 2 * pass and 2 * pass + 1 of the warp's kWarpRows: in the page-major tile, pages of 16
     // rows in two groups of 8.
     auto pass_offset = [](int pass) {
       return kPageMajor ? (pass / 8) * Shape::kPageMajorBytes + (pass % 8 / 4) * Shape::kSlotGroupBytes + (pass % 4) * 256
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       }
     };
     // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
-    // of the page size when the host made the maps): warp 0 copies each page of K and V as two
+    // of the page size when the host made the maps): warp 0 copies each page of K and V as kHalves
     // TMA boxes (64 dims x page_size slots), thread 0 expects their bytes on the full barriers,
     // the other threads only arrive. Tiles at the ends of the key range take the cp.async gather,
     // which fills the keys outside the range with zeros (a page's unused slots may hold NaN).
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const int consumer = warpgroup - 1;
   const std::int64_t wg_row0 = row0 + 64 * consumer;
   auto query_token = [&](std::int64_t i) -> std::int64_t { return prm.q_index ? prm.q_index[q0 + i] : q0 + i; };
-  // Q rows into shared memory (16 threads per 256-byte row; dead rows zero). All loads are in
+  // Q rows into shared memory (kChunks threads per row of kD dims; dead rows zero). All loads are in
   // flight before the first store: one after another they cost a memory latency each.
   constexpr int kQLoads = 64 * Shape::kChunks / 128;
   uint4 qv[kQLoads];
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   //
   // A row's running maximum moves only when a tile's maximum exceeds it by more than
   // kMaxDrift (base 2): the exponentials may then reach 2^kMaxDrift, well inside f32 and the
-  // 16-bit P, and most tiles after the first few need no rescale of O (64 multiplies per
+  // 16-bit P, and most tiles after the first few need no rescale of O (kD / 2 multiplies per
   // thread). The decision is per warp (its rows' O lives in its own registers).
   constexpr float kMaxDrift = 8.0f;
   constexpr int kOpen = 0, kMaskHi = 1, kMaskBoth = 2;
