@@ -61,13 +61,11 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 // Any group size: below 4 (MHA) the 16-row tiles waste tensor-core work, but the TMA stream is
 // still faster than the CUDA-core kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape,
 // docs/perf-notes.md v19). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
-bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice,
+bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice, int device,
                    DecodeKernelParams& prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
   if (!choice.mma_able || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "current device");
   if (!is_sm90(device)) return false;
   KVPageBoxes boxes;
   prm.tma_whole_rows = !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
@@ -77,18 +75,16 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
   prm.tma_head_inner = boxes.head_inner;
   return true;
 #else
-  (void)p, (void)plan, (void)choice, (void)prm;
+  (void)p, (void)plan, (void)choice, (void)device, (void)prm;
   return false;
 #endif
 }
 
-// A grid's CTAs and the current device's SMs, which the TMA kernel's shape choices compare.
+// A grid's CTAs and the device's SMs, which the TMA kernel's shape choices compare.
 struct GridFill {
   std::int64_t ctas = 0, sms = 0;
 };
-GridFill grid_fill(dim3 grid) {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "current device");
+GridFill grid_fill(dim3 grid, int device) {
   return {static_cast<std::int64_t>(grid.x) * grid.y * grid.z, static_cast<std::int64_t>(sm_count(device))};
 }
 
@@ -109,9 +105,7 @@ bool use_pair_steps(const GridFill& g) {
 bool use_wide_ctas(const GridFill& g) { return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms); }
 
 // Programmatic dependent launch needs sm_90.
-bool supports_dependent_launch() {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "current device");
+bool supports_dependent_launch(int device) {
   return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
 }
 
@@ -272,10 +266,10 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
                   static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
                   static_cast<unsigned>(p.num_seqs));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  if (use_tma_tiles(p, plan, choice, prm)) {
+  if (use_tma_tiles(p, plan, choice, device, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    const GridFill fill = grid_fill(grid);
+    const GridFill fill = grid_fill(grid, device);
     const bool pairs = use_pair_steps(fill), wide = use_wide_ctas(fill);
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, grid, stream);
@@ -309,7 +303,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;
-    config.numAttrs = supports_dependent_launch() ? 1 : 0;
+    config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
     check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
     check_launch("merge_splits_kernel", stream);
   }

@@ -44,21 +44,22 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
 
 namespace {
 
-// The Hopper kernel's rows, key tile and shared memory for a head_dim.
+// A kernel shape's rows, key tile and shared memory (WgmmaPrefillShapeOf or PrefillSmem).
+template <class Shape>
+PrefillGeometry geometry_of(bool hopper) {
+  PrefillGeometry g;
+  g.hopper = hopper;
+  g.rows_per_cta = Shape::kRows;
+  g.tile_keys = Shape::kKeys;
+  g.cta_smem_bytes = Shape::kBytes;
+  return g;
+}
+
+// The Hopper kernel's shape for a head_dim.
 PrefillGeometry wgmma_shape(std::int64_t head_dim) {
-  auto of = [](auto shape) {
-    PrefillGeometry g;
-    g.hopper = true;
-    g.rows_per_cta = decltype(shape)::kRows;
-    g.tile_keys = decltype(shape)::kKeys;
-    g.cta_smem_bytes = decltype(shape)::kBytes;
-    return g;
-  };
-  switch (wgmma_prefill_dims(head_dim)) {
-    case 64: return of(WgmmaPrefillShapeOf<64>{});
-    case 128: return of(WgmmaPrefillShapeOf<128>{});
-    default: return of(WgmmaPrefillShapeOf<256>{});
-  }
+  return with_prefill_kernel_dims(head_dim, [](auto d_c) {
+    return geometry_of<WgmmaPrefillShapeOf<decltype(d_c)::value>>(true);
+  });
 }
 
 // V rows as 16-byte runs of dims (NHD, HND); otherwise the mma.sync kernel takes V transposed.
@@ -111,31 +112,22 @@ bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm)
   return true;
 }
 
-}  // namespace
-
-namespace {
-
-// The mma.sync kernel's shape for p's cache dtype, head dims and V tiles.
-template <class KV, int kD, bool kVT>
-PrefillGeometry mma_shape() {
-  using Smem = PrefillSmem<KV, kD, kVT>;
-  PrefillGeometry g;
-  g.rows_per_cta = Smem::kRows;
-  g.tile_keys = Smem::kKeys;
-  g.cta_smem_bytes = Smem::kBytes;
-  return g;
-}
-template <class KV, bool kVT>
-PrefillGeometry mma_shape(std::int64_t head_dim) {
-  switch (prefill_mma_dims(head_dim)) {
-    case 64: return mma_shape<KV, 64, kVT>();
-    case 128: return mma_shape<KV, 128, kVT>();
-    default: return mma_shape<KV, 256, kVT>();
-  }
-}
+// The mma.sync kernel's shape for p's cache dtype (fp8 or 16-bit), head dims and V tiles.
 template <class KV>
 PrefillGeometry mma_shape(const detail::AttentionProblem& p) {
-  return v_rows(p) ? mma_shape<KV, false>(p.head_dim) : mma_shape<KV, true>(p.head_dim);
+  const bool vt = !v_rows(p);
+  return with_prefill_kernel_dims(p.head_dim, [vt](auto d_c) {
+    constexpr int kD = decltype(d_c)::value;
+    return vt ? geometry_of<PrefillSmem<KV, kD, true>>(false) : geometry_of<PrefillSmem<KV, kD, false>>(false);
+  });
+}
+
+// Why the kernel of geometry g cannot run p on `device` (its shared memory); empty when it can.
+std::string shared_memory_unsupported(const detail::AttentionProblem& p, const PrefillGeometry& g, int device) {
+  const int have = cached_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (g.cta_smem_bytes <= have) return {};
+  return "prefill on CUDA at head_dim " + std::to_string(p.head_dim) + " needs " + std::to_string(g.cta_smem_bytes) +
+         " bytes of shared memory per block; this device allows " + std::to_string(have);
 }
 
 }  // namespace
@@ -158,25 +150,20 @@ PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) 
 }
 
 std::string prefill_unsupported_on(const detail::AttentionProblem& p, int device) {
-  std::string why = prefill_unsupported(p);
-  if (!why.empty()) return why;
-  const std::int64_t need = prefill_geometry(p, device).cta_smem_bytes;
-  const int have = cached_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (need > have) {
-    return "prefill on CUDA at head_dim " + std::to_string(p.head_dim) + " needs " + std::to_string(need) +
-           " bytes of shared memory per block; this device allows " + std::to_string(have);
-  }
-  return {};
+  const std::string why = prefill_unsupported(p);
+  return why.empty() ? shared_memory_unsupported(p, prefill_geometry(p, device), device) : why;
 }
 
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream_ptr, const PrefillSplit& split) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.num_seqs == 0 || max_q == 0) return;
+  const std::string why = prefill_unsupported(p);
+  check_supported(why.empty(), why);
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
-  const std::string why = prefill_unsupported_on(p, device);
-  check_supported(why.empty(), why);
   const PrefillGeometry geometry = prefill_geometry(p, device);
+  const std::string smem_why = shared_memory_unsupported(p, geometry, device);
+  check_supported(smem_why.empty(), smem_why);
   check_arg(split.splits >= 1 && p.num_kv_heads * split.splits <= 65535 &&
                 (split.splits == 1 || split.split_tokens % geometry.tile_keys == 0),
             "prefill: bad KV split");

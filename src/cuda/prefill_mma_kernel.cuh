@@ -482,10 +482,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
-// The kernel's head dims: a head_dim runs on the smallest of them that holds it.
-inline int prefill_mma_dims(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
-
-// Launches paged_prefill_mma_kernel<KV, T, prefill_mma_dims(head_dim)> over `grid`.
+// Launches paged_prefill_mma_kernel<KV, T, prefill_kernel_dims(head_dim)> over `grid`.
 // Instantiated in instantiations/prefill_mma_*.cu.
 template <class KV, class T>
 void launch_paged_prefill_mma(const PrefillKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream) {
@@ -501,11 +498,7 @@ void launch_paged_prefill_mma(const PrefillKernelParams& prm, int head_dim, dim3
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
   auto with_d = [&](auto plain_c, auto vt_c) {
-    switch (prefill_mma_dims(head_dim)) {
-      case 64: launch(std::integral_constant<int, 64>{}, plain_c, vt_c); break;
-      case 128: launch(std::integral_constant<int, 128>{}, plain_c, vt_c); break;
-      default: launch(std::integral_constant<int, 256>{}, plain_c, vt_c); break;
-    }
+    with_prefill_kernel_dims(head_dim, [&](auto d_c) { launch(d_c, plain_c, vt_c); });
   };
   // Transposed V tiles come only with the general logit path (a plain problem runs on it
   // exactly: no soft-cap, zero slopes), which halves their instantiations.

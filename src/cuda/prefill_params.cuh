@@ -4,11 +4,26 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/problem.h"
 #include "cuda/decode_kernel.cuh"
 
 namespace pagedattn::cuda {
+
+// Both prefill kernels come in head dims 64, 128 and 256: a head_dim runs zero-padded on the
+// smallest of them that holds it.
+inline int prefill_kernel_dims(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
+// f(std::integral_constant<int, prefill_kernel_dims(head_dim)>{}).
+template <class F>
+auto with_prefill_kernel_dims(std::int64_t head_dim, F&& f) {
+  switch (prefill_kernel_dims(head_dim)) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    default: return f(std::integral_constant<int, 256>{});
+  }
+}
 
 struct PrefillKernelParams {
   detail::AttentionProblem p;  // device pointers; p.qo_indptr on the device

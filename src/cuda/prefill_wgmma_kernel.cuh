@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
 #endif
 }
 
-// Launches paged_prefill_wgmma_kernel<T, wgmma_prefill_dims(head_dim)> over `grid`. Instantiated
+// Launches paged_prefill_wgmma_kernel<T, prefill_kernel_dims(head_dim)> over `grid`. Instantiated
 // in sm90a/prefill_wgmma_*.cu.
 template <class T>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream) {
@@ -564,23 +564,17 @@ void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaS
     kernel<<<grid, WgmmaPrefillShape::kThreads, kBytes, stream>>>(prm);
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  using D256 = std::integral_constant<int, 256>;
-  const int dims = wgmma_prefill_dims(prm.p.head_dim);
-  if (dims == 64) {  // rows of other than 128 dims: never page-major
-    if (plain) launch(D64{}, std::true_type{}, std::false_type{});
-    else launch(D64{}, std::false_type{}, std::false_type{});
-  } else if (dims == 256) {
-    if (plain) launch(D256{}, std::true_type{}, std::false_type{});
-    else launch(D256{}, std::false_type{}, std::false_type{});
-  } else if (prm.page_major) {
-    if (plain) launch(D128{}, std::true_type{}, std::true_type{});
-    else launch(D128{}, std::false_type{}, std::true_type{});
-  } else {
-    if (plain) launch(D128{}, std::true_type{}, std::false_type{});
-    else launch(D128{}, std::false_type{}, std::false_type{});
-  }
+  with_prefill_kernel_dims(prm.p.head_dim, [&](auto d_c) {
+    if constexpr (decltype(d_c)::value == 128) {  // rows of other than 128 dims are never page-major
+      if (prm.page_major) {
+        if (plain) launch(d_c, std::true_type{}, std::true_type{});
+        else launch(d_c, std::false_type{}, std::true_type{});
+        return;
+      }
+    }
+    if (plain) launch(d_c, std::true_type{}, std::false_type{});
+    else launch(d_c, std::false_type{}, std::false_type{});
+  });
 }
 
 }  // namespace pagedattn::cuda

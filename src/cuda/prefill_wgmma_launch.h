@@ -42,9 +42,6 @@ struct WgmmaPrefillShapeOf {
 };
 using WgmmaPrefillShape = WgmmaPrefillShapeOf<128>;
 
-// The kernel's head dims for a head_dim (a multiple of 8 up to 256).
-inline int wgmma_prefill_dims(long long head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
-
 // T: __nv_bfloat16 or __half (q and cache); head_dim a multiple of 8 up to 256.
 template <class T>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream);
