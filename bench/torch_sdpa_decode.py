@@ -3,7 +3,7 @@
 of BENCHMARKS.md with a contiguous (non-paged) KV cache: what a user would pick instead of a
 paged kernel. Prints one JSON record per (shape, heads, backend) in the benchmark contract.
 
-Usage: python3 bench/torch_sdpa_decode.py [--iters 50] [--out FILE]
+Usage: python3 bench/torch_sdpa_decode.py [--iters 50] [--head-dim 128] [--kv-heads 8,32] [--out FILE]
 """
 import argparse
 import json
@@ -37,6 +37,8 @@ def copy_ceiling_gbps():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--head-dim", type=int, default=128, help="head dimension (BENCHMARKS.md's shapes: 128)")
+    ap.add_argument("--kv-heads", default="8,32", help="KV head counts to time, 32 query heads each")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -44,9 +46,9 @@ def main():
     ceiling = copy_ceiling_gbps()
     records = []
     shapes = SHAPES + [("d-ragged", ragged_lens())]
-    for hkv in (8, 32):
+    for hkv in (int(h) for h in args.kv_heads.split(",")):
         for name, lens in shapes:
-            b, hq, d = len(lens), 32, 128
+            b, hq, d = len(lens), 32, args.head_dim
             length = max(lens)
             q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(b, hkv, length, d, device="cuda", dtype=torch.bfloat16)

@@ -21,19 +21,24 @@ constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outwe
 // Which kernel runs a problem; the planner and the launch both use this one choice.
 struct KernelChoice {
   bool mma_able = false;   // the tensor-core kernel could run it (dtypes, rows, head_dim)
-  bool mma = false;        // ... and takes it on every GPU: group sizes >= 4
+  bool mma = false;        // ... and takes it on every GPU: group sizes >= 4, any with vt
   bool vec = false;        // K and V rows load as aligned 8-element vectors
+  bool vt = false;         // ... or K's do and V is transposed in 8-slot runs (vLLM's split layout)
   int lanes = 16;          // CUDA-core kernel: lanes per row (head_dim up to 8 * lanes)
   int g_tile = 1;          // query heads per CTA
   std::int64_t head_tiles = 1;
 };
 
-// Whether the tensor-core kernel's portable (cp.async) variant fits a block of `device` at
-// head_dim 256: ~100-111 KB, past the 99 KB of sm_86 / sm_89 / sm_120 (those keep the CUDA-core
+// Whether the tensor-core kernel's portable (cp.async) variant fits a block of `device` past
+// head_dim 128 (the 256 kernel): ~100-111 KB, past the 99 KB of sm_86 / sm_89 / sm_120 (those keep the CUDA-core
 // kernel there). The TMA variant runs only on sm_90 (227 KB).
-bool mma_fits_device(const detail::AttentionProblem& p, int device) {
+bool mma_fits_device(const detail::AttentionProblem& p, bool vt, int device) {
   if (p.head_dim <= 128) return true;
-  const int need = is_fp8(p.kv.dtype) ? MmaDecodeSmem<Fp8E4M3, 256>::kBytes : MmaDecodeSmem<__nv_bfloat16, 256>::kBytes;
+  const bool fp8 = is_fp8(p.kv.dtype);
+  const int need = fp8 && vt ? MmaDecodeSmem<Fp8E4M3, 256, false, 2, kMmaDecodeWarps, true>::kBytes
+                   : fp8     ? MmaDecodeSmem<Fp8E4M3, 256>::kBytes
+                   : vt      ? MmaDecodeSmem<__nv_bfloat16, 256, false, 1, kMmaDecodeWarps, true>::kBytes
+                             : MmaDecodeSmem<__nv_bfloat16, 256>::kBytes;
   return need <= cached_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
@@ -43,13 +48,17 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   const DType kv = p.kv.dtype, q = p.qo.q_dtype;
   c.vec = rows_vectorisable(p.kv.k, kv, 8) && rows_vectorisable(p.kv.v, kv, 8);
   const bool q16 = q == DType::kBF16 || q == DType::kF16;
+  // vLLM's split layout: K in 16-byte chunks, V transposed in 16-byte runs of slots, which the
+  // tensor-core kernel stages as rows of dims (the CUDA-core kernel reads V element by element).
+  c.vt = !c.vec && q16 && (kv == q || is_fp8(kv)) && rows_vectorisable(p.kv.k, kv, elements_per_copy(kv)) &&
+         v_runs_vectorisable(p.kv);
   // The tensor cores multiply in q's 16-bit dtype when the cache has it, or in f16 for an fp8
   // cache copied in 16-element (16-byte) chunks and widened exactly.
   const bool mma_kv = kv == q || (is_fp8(kv) && rows_vectorisable(p.kv.k, kv, 16) &&
-                                  rows_vectorisable(p.kv.v, kv, 16));
-  c.mma_able = c.vec && q16 && mma_kv && (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) &&
-               mma_fits_device(p, device);
-  c.mma = c.mma_able && group >= 4;
+                                  (c.vt || rows_vectorisable(p.kv.v, kv, 16)));
+  c.mma_able = (c.vec || c.vt) && q16 && mma_kv && p.head_dim % 8 == 0 && p.head_dim <= 256 &&
+               mma_fits_device(p, c.vt, device);
+  c.mma = c.mma_able && (group >= 4 || c.vt);
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
   c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
   c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
@@ -65,7 +74,7 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
                    DecodeKernelParams& prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
-  if (!choice.mma_able || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
+  if (!choice.mma_able || choice.vt || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
   if (!is_sm90(device)) return false;
   KVPageBoxes boxes;
   prm.tma_whole_rows = !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
@@ -254,6 +263,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.max_splits = plan.max_splits;
   prm.head_tiles = static_cast<int>(choice.head_tiles);
   prm.k_vec = prm.v_vec = choice.vec;
+  prm.v_transposed = choice.vt;
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
   prm.speculate_pages = !detail::env_switched_off("PAGEDATTN_DECODE_PAGE_SPECULATION");
 

@@ -58,6 +58,9 @@ struct DecodeKernelParams {
   bool tma_whole_rows = false;
   // The tensor-core kernels request a block-table row's first page ids before the sequence's length.
   bool speculate_pages = true;
+  // V transposed in 16-byte runs of 8 slots per dim (vLLM's split layout, pages of a multiple
+  // of 8 slots): the tensor-core kernel's kVT.
+  bool v_transposed = false;
   CUtensorMap k_tiles, v_tiles;
 };
 
@@ -204,6 +207,11 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes
   } else {  // 4
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
   }
+}
+// The first `bytes` (0..16) of 16 bytes global -> shared (a shared-window address), the rest
+// of the 16 zeros; 16-byte aligned source.
+__device__ __forceinline__ void cp_async_16_prefix(std::uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>

@@ -7,7 +7,9 @@
 // (rows past the group are zero queries whose results are discarded). K/V tiles of 16 keys
 // stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
 // the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
-// Used for head_dim 64, 128 or 256, group size >= 4 (smaller groups too in the Hopper TMA variant,
+// Kernels for head_dim 64, 128 and 256; head dims between them (multiples of 8, of 16 with fp8)
+// run zero-padded on the next size up (memory-bound: the padding costs tensor-core work, not
+// bytes). Used for group size >= 4 (smaller groups too in the Hopper TMA variant,
 // whose stream beats the CUDA-core kernel's even with 15 of 16 rows idle), and a 16-bit q with
 // a cache of q's dtype or of fp8. With fp8, q is scaled into f16's range by a power of two and
 // the K/V scales fold into the logit scale and the final output; K's B fragments come straight from the fp8 rows (8 bytes per
@@ -43,7 +45,8 @@ namespace pagedattn::cuda {
 constexpr int kMmaDecodeWarps = 2;
 constexpr int kWideWarps = 4;
 
-template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps>
+template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps,
+          bool kVT = false>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
   static constexpr int kWarps = kCtaWarps;
@@ -62,9 +65,16 @@ struct MmaDecodeSmem {
   static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD + 32 : kRowElems * 2;
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
-  static constexpr int kTileBytes = kTokens * kStageRowBytes;  // one of K or V
-  static constexpr int kStageWarpBytes = 2 * kTileBytes;
-  static constexpr int kWideTileBytes = kTokens * kRowElems * 2;
+  static constexpr int kTileBytes = kTokens * kStageRowBytes;  // K's, and V's unless kVT
+  // kVT: V's tile transposed, kD rows of the tile's 16 keys: runs of kRunKeys slots (16 bytes)
+  // copied, 16-bit rows read by ldmatrix padded to 48 bytes (an ldmatrix matrix's 8 rows in
+  // distinct banks); fp8 rows of 16 bytes, widened into such 16-bit rows.
+  static constexpr int kRunKeys = 16 / static_cast<int>(sizeof(KV));
+  static constexpr int kVtRowBytes = 48;
+  static constexpr int kVtStageRowBytes = kFp8 ? 16 : kVtRowBytes;
+  static constexpr int kVTileBytes = kVT ? kD * kVtStageRowBytes : kTileBytes;
+  static constexpr int kStageWarpBytes = kTileBytes + kVTileBytes;
+  static constexpr int kWideTileBytes = kVT ? kD * kVtRowBytes : kTokens * kRowElems * 2;
   static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
   // The epilogue: warps 1.. leave their 16 rows' outputs (rows of kD + 8 floats, so that a
@@ -84,10 +94,15 @@ struct MmaDecodeSmem {
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
-template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps>
+// kPadded: head_dim below kD (see below); without it the kernel's code is that of head_dim kD
+// alone (the padding's checks cost the d128 kernels 1-4% on H100 when they were run-time).
+// kVT: V transposed (vLLM's split layout, prm.v_transposed): its tiles are staged as kD rows
+// of 16 keys, two cp.async runs of 8 slots per dim, and P V reads them untransposed.
+template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps, bool kPadded, bool kVT>
 __global__ void __launch_bounds__(32 * kCtaWarps)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
-  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps>;
+  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps, kVT>;
+  static_assert(!kVT || !kTma, "transposed V tiles come by cp.async");
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages, kStep = Smem::kStep;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
   constexpr int kG = 16;              // query-head rows of the mma tile
@@ -105,6 +120,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   static_assert(!Smem::kQInSmem || (Smem::kRegionBytes + Smem::kBarrierBytes) % 16 == 0, "Q's fragments 16-byte aligned");
 
   const detail::AttentionProblem& p = prm.p;
+  // The problem's head_dim: kD, or less (a multiple of 8, of 16 with fp8) run zero-padded,
+  // its K/V chunks past head_dim zeros in shared memory and its output dims past it unwritten.
+  const int head_dim = kPadded ? static_cast<int>(p.head_dim) : kD;
   DecodeCta cta = cta_coords(prm, kG);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;  // mma fragment coordinates
@@ -128,10 +146,12 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       for (int kk = 0; kk < kD / 16; ++kk) {
         const int d = kFp8 ? 32 * (kk / 2) + 8 * tig + 4 * (kk % 2) : kk * 16 + tig * 2;
         const int hi = kFp8 ? 2 : 8;  // offset of the fragment's second dim pair
-        qf[kk][r][0] = live ? to_float(row[d]) : 0.0f;
-        qf[kk][r][1] = live ? to_float(row[d + 1]) : 0.0f;
-        qf[kk][r][2] = live ? to_float(row[d + hi]) : 0.0f;
-        qf[kk][r][3] = live ? to_float(row[d + hi + 1]) : 0.0f;
+        // Dims past the problem's head_dim (a kernel of the next size up) are zero queries.
+        auto q_at = [&](int dd) { return live && dd < head_dim ? to_float(row[dd]) : 0.0f; };
+        qf[kk][r][0] = q_at(d);
+        qf[kk][r][1] = q_at(d + 1);
+        qf[kk][r][2] = q_at(d + hi);
+        qf[kk][r][3] = q_at(d + hi + 1);
       }
     }
   });
@@ -200,6 +220,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   const int lane_chunk = lane % kChunks, lane_row = lane / kChunks;
   const KV* k_base = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, lane_chunk * kChunkElems);
   const KV* v_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, lane_chunk * kChunkElems);
+  const KV* vt_base = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, 0);  // kVT
+  constexpr int kRuns = kTokens / Smem::kRunKeys, kVtDims = 32 / kRuns;  // kVT: a tile's runs per dim, dims per pass
   unsigned char* warp_pipe = s_region + warp * Smem::kStageWarpBytes;
   // The warp's tiles go round the stages in one sequence across page chunks (tiles_done counts
   // the earlier chunks' tiles), so a stage's mbarrier phases keep counting.
@@ -221,6 +243,33 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     else return reinterpret_cast<T*>(stage_ptr(j, 1));
   };
   const bool page_tiles = kTma || P % kTokens == 0;  // the host takes TMA only for such pages
+  // A head_dim below kD: this lane's chunk lies past the row when lane_chunk >= live_chunks, and
+  // a tile's 64-dim TMA boxes past the first live_boxes lie wholly past it. Those parts of the
+  // stages are never copied: they are zeroed once here (K's zeros keep the logits exact, V's the
+  // unwritten output dims finite). A box that begins below head_dim is zero-filled by the copy.
+  const int live_chunks = head_dim * static_cast<int>(sizeof(KV)) / 16;
+  const bool lane_copies = !kPadded || lane_chunk < live_chunks;
+  const int live_boxes = kPadded ? (head_dim + 63) / 64 : kD / 64;
+  if (kPadded) {
+    for (int st = 0; st < kStages; ++st) {
+#pragma unroll
+      for (int is_v = 0; is_v < (kVT ? 1 : 2); ++is_v) {  // kVT: V's rows past head_dim copy 0 bytes
+        unsigned char* tile = warp_pipe + st * (kWarps * Smem::kStageWarpBytes) + is_v * Smem::kTileBytes;
+        if constexpr (kTma) {
+          for (int i = live_boxes * kTokens * 8 + lane; i < kD / 64 * kTokens * 8; i += 32) {
+            reinterpret_cast<uint4*>(tile)[i] = make_uint4(0, 0, 0, 0);
+          }
+        } else {
+          for (int i = lane; i < kTokens * kChunks; i += 32) {
+            if (i % kChunks >= live_chunks) {
+              *reinterpret_cast<uint4*>(chunk_ptr(tile, i / kChunks, i % kChunks)) = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
   const std::int64_t k_row_step = (32 / kChunks) * ka.token_stride;  // between a lane's rows
   const std::int64_t v_row_step = (32 / kChunks) * va.token_stride;
 
@@ -262,7 +311,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           const int slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
           const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
           std::uint64_t* bar = &warp_bars[stage_of(j)];
-          sm90::mbarrier_arrive_expect_tx(bar, 2 * Smem::kTileBytes);
+          sm90::mbarrier_arrive_expect_tx(bar, 2 * live_boxes * kTokens * 128);
           const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
           const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
           if (prm.tma_whole_rows) {
@@ -271,6 +320,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           } else {
 #pragma unroll
             for (int h = 0; h < kD / 64; ++h) {
+              if (h >= live_boxes) break;
               sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar);
               sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar);
             }
@@ -286,9 +336,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           row_offset(t0 + lane_row, k_off, v_off);
 #pragma unroll
           for (int i = 0; i < kTokens * kChunks / 32; ++i) {
+            if (!lane_copies) break;
             const int r = lane_row + i * (32 / kChunks);
             cp_async(chunk_ptr(stage_ptr(j, 0), r, lane_chunk), k_base + k_off + i * k_row_step, 16);
-            cp_async(chunk_ptr(stage_ptr(j, 1), r, lane_chunk), v_base + v_off + i * v_row_step, 16);
+            if constexpr (!kVT) cp_async(chunk_ptr(stage_ptr(j, 1), r, lane_chunk), v_base + v_off + i * v_row_step, 16);
           }
         } else {
 #pragma unroll
@@ -298,14 +349,41 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             unsigned char* k_dst = chunk_ptr(stage_ptr(j, 0), r, lane_chunk);
             unsigned char* v_dst = chunk_ptr(stage_ptr(j, 1), r, lane_chunk);
             if (t >= c_begin && t < c_end) {
-              std::int64_t k_off, v_off;
-              row_offset(t, k_off, v_off);
-              cp_async(k_dst, k_base + k_off, 16);
-              cp_async(v_dst, v_base + v_off, 16);
+              if (lane_copies) {
+                std::int64_t k_off, v_off;
+                row_offset(t, k_off, v_off);
+                cp_async(k_dst, k_base + k_off, 16);
+                if constexpr (!kVT) cp_async(v_dst, v_base + v_off, 16);
+              }
             } else {  // outside the keys: zeros, so 0-weight keys cannot turn into NaN
               *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
-              *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
+              if constexpr (!kVT) *reinterpret_cast<uint4*>(v_dst) = make_uint4(0, 0, 0, 0);
             }
+          }
+        }
+        if constexpr (kVT) {
+          // Lane l copies run l % kRuns (of kRunKeys slots) of dims l / kRuns + kVtDims i; a
+          // run that starts before c_begin is copied whole (the keys before the range are the
+          // sequence's own, finite, and masked: its page is one of the chunk's when pages hold
+          // whole runs), one that ends past c_end only up to it (a page's unused slots may hold
+          // NaN).
+          const std::int64_t t = tile_start(j) + Smem::kRunKeys * (lane % kRuns);
+          int bytes = 0;
+          const KV* src = vt_base;
+          if (t + Smem::kRunKeys > c_begin && t < c_end) {
+            const auto local = static_cast<std::uint32_t>(t - cp0 * P);
+            const std::uint32_t page_idx = prm.page_div.div(local);
+            const std::int64_t page = s_pages[page_idx];
+            src = vt_base + page * va.page_stride + (local - page_idx * static_cast<std::uint32_t>(P));
+            bytes = static_cast<int>(sizeof(KV) * min(std::int64_t{Smem::kRunKeys}, c_end - t));
+          }
+          const std::uint32_t dst = static_cast<std::uint32_t>(__cvta_generic_to_shared(stage_ptr(j, 1))) +
+                                    (lane / kRuns) * Smem::kVtStageRowBytes + (lane % kRuns) * 16;
+#pragma unroll
+          for (int i = 0; i < kD / kVtDims; ++i) {
+            const int d = lane / kRuns + kVtDims * i;
+            cp_async_16_prefix(dst + kVtDims * i * Smem::kVtStageRowBytes, src + d * va.elem_stride,
+                               !kPadded || d < head_dim ? bytes : 0);
           }
         }
       }
@@ -343,12 +421,22 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       }
       // fp8: widen the V chunks of tile jj that this lane copied (its own copies have landed).
       auto widen_v = [&](std::int64_t jj) {
+        if constexpr (kVT) {  // this lane's runs: dims lane + 32 i, one run of 16 slots each
 #pragma unroll
-        for (int i = 0; i < kTokens * kChunks / 32; ++i) {
-          const int r = lane_row + i * (32 / kChunks);
-          const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(jj, 1), r, lane_chunk));
-          uint4* dst = reinterpret_cast<uint4*>(wide + r * kRowElems + lane_chunk * 16);
-          widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+          for (int i = 0; i < kD / 32; ++i) {
+            const int d = lane + 32 * i;
+            const uint4 raw = *reinterpret_cast<const uint4*>(stage_ptr(jj, 1) + d * Smem::kVtStageRowBytes);
+            uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(wide) + d * Smem::kVtRowBytes);
+            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kTokens * kChunks / 32; ++i) {
+            const int r = lane_row + i * (32 / kChunks);
+            const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(jj, 1), r, lane_chunk));
+            uint4* dst = reinterpret_cast<uint4*>(wide + r * kRowElems + lane_chunk * 16);
+            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+          }
         }
       };
       if constexpr (kFp8) widen_v(j);
@@ -379,7 +467,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         for (int h = 0; h < kStep; ++h) {
 #pragma unroll
           for (int kk = 0; kk < kD / 16; kk += 2) {
-            const uint4 q0 = s_q[kk * 32 + lane], q1 = s_q[(kk + 1) * 32 + lane];
+              const uint4 q0 = s_q[kk * 32 + lane], q1 = s_q[(kk + 1) * 32 + lane];
             const std::uint32_t a0[4] = {q0.x, q0.y, q0.z, q0.w}, a1[4] = {q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
@@ -397,7 +485,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
             for (int kk = 0; kk < kD / 16; kk += 2) {
-              std::uint32_t b[4];
+                  std::uint32_t b[4];
               k_fragments(h, nt, kk, b);
               mma16816<T>(sc[2 * h + nt], qa[kk], b[0], b[1]);
               mma16816<T>(sc[2 * h + nt], qa[kk + 1], b[2], b[3]);
@@ -487,7 +575,11 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         for (int n = 0; n < kD / 8; n += 2) {
           std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
           const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-          if constexpr (kTma) {
+          if constexpr (kVT) {  // rows: dims n*8.. and (n+1)*8..; columns: keys 0-7 and 8-15
+            const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+            ldmatrix_x4<false>(b, reinterpret_cast<const T*>(base + (n * 8 + (lane & 7) + ((lane >> 4) << 3)) * Smem::kVtRowBytes +
+                                                               ((lane >> 3) & 1) * 16));
+          } else if constexpr (kTma) {
             const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
             ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
           } else {
@@ -561,9 +653,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
       const std::int64_t part = (cta.s * prm.max_splits + cta.split) * H + h;
       const float inv = L > 0.0f ? v_scale / L : 0.0f;
-      float* o_part = prm.part_o + part * kD;
+      float* o_part = prm.part_o + part * head_dim;
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= head_dim) break;
         *reinterpret_cast<float2*>(o_part + n * 8 + tig * 2) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
       }
       if (tig == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
@@ -576,12 +669,14 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= head_dim) break;
         *reinterpret_cast<std::uint32_t*>(o_row + (n * 8 + tig * 2) * 2) =
             pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
       }
     } else {
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= head_dim) break;
         store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
         store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
       }
@@ -590,29 +685,41 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   }
 }
 
-// Launches paged_decode_mma_kernel<KV, T, head_dim, kTma, tiles per step, warps> (T bf16 or
-// f16; KV = T, or fp8 with T = f16; head_dim 64, 128 or 256). fp8 always takes two tiles per step
-// and the cp.async 16-bit kernel one; the TMA kernel takes two when `pair_steps` (its four
-// stages fit three CTAs per SM instead of four), and four warps per CTA when `wide`.
+// Launches paged_decode_mma_kernel<KV, T, kD, kTma, tiles per step, warps, padded> (T bf16 or
+// f16; KV = T, or fp8 with T = f16; kD 64, 128 or 256, the smallest that holds head_dim, padded
+// when it is larger). fp8 always takes two tiles per step and the cp.async 16-bit kernel one;
+// the TMA kernel takes two when `pair_steps` (its four stages fit three CTAs per SM instead of
+// four), and four warps per CTA when `wide`.
 // Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
 // sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, dim3 grid,
                              cudaStream_t stream) {
-  auto launch = [&](auto d_c, auto step_c, auto warps_c) {
+  auto launch_as = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c) {
     constexpr int kD = decltype(d_c)::value, kStep = decltype(step_c)::value, kWarps = decltype(warps_c)::value;
-    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps>::kBytes;
-    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps>;
+    constexpr bool kVT = decltype(vt_c)::value;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps, kVT>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps, decltype(padded_c)::value, kVT>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, 32 * kWarps, kBytes, stream>>>(prm);
   };
+  auto launch = [&](auto d_c, auto step_c, auto warps_c, auto padded_c) {
+    if constexpr (!kTma) {
+      if (prm.v_transposed) return launch_as(d_c, step_c, warps_c, padded_c, std::true_type{});
+    }
+    launch_as(d_c, step_c, warps_c, padded_c, std::false_type{});
+  };
+  auto with_padding = [&](auto d_c, auto step_c, auto warps_c) {
+    if (head_dim != decltype(d_c)::value) launch(d_c, step_c, warps_c, std::true_type{});
+    else launch(d_c, step_c, warps_c, std::false_type{});
+  };
   auto with_warps = [&](auto d_c, auto step_c) {
     if constexpr (kTma) {
-      if (wide) return launch(d_c, step_c, std::integral_constant<int, kWideWarps>{});
+      if (wide) return with_padding(d_c, step_c, std::integral_constant<int, kWideWarps>{});
     }
-    launch(d_c, step_c, std::integral_constant<int, kMmaDecodeWarps>{});
+    with_padding(d_c, step_c, std::integral_constant<int, kMmaDecodeWarps>{});
   };
   auto with_step = [&](auto d_c) {
     if constexpr (sizeof(KV) == 1) with_warps(d_c, std::integral_constant<int, 2>{});
@@ -620,8 +727,8 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool p
     else if (pair_steps) with_warps(d_c, std::integral_constant<int, 2>{});
     else with_warps(d_c, std::integral_constant<int, 1>{});
   };
-  if (head_dim == 64) with_step(std::integral_constant<int, 64>{});
-  else if (head_dim == 128) with_step(std::integral_constant<int, 128>{});
+  if (head_dim <= 64) with_step(std::integral_constant<int, 64>{});
+  else if (head_dim <= 128) with_step(std::integral_constant<int, 128>{});
   else with_step(std::integral_constant<int, 256>{});
 }
 

@@ -24,4 +24,14 @@ inline bool rows_vectorisable(const detail::KVTensorAccess& t, DType dtype, std:
   return contiguous && aligned;
 }
 
+// True when V is stored transposed (vLLM's split layout: each dim's slots of a page in a run)
+// in 16-byte runs: page size, strides and the base all multiples of a run (8 16-bit or 16 fp8
+// elements), so that a page holds whole runs of every dim.
+inline bool v_runs_vectorisable(const detail::KVCacheAccess& kv) {
+  const detail::KVTensorAccess& v = kv.v;
+  const std::int64_t run = elements_per_copy(kv.dtype);
+  return v.token_stride == 1 && kv.page_size % run == 0 && v.page_stride % run == 0 && v.head_stride % run == 0 &&
+         v.elem_stride % run == 0 && v.chunk_len >= kv.head_dim && reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0;
+}
+
 }  // namespace pagedattn::cuda

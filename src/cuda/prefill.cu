@@ -62,9 +62,18 @@ PrefillGeometry wgmma_shape(std::int64_t head_dim) {
   });
 }
 
-// V rows as 16-byte runs of dims (NHD, HND); otherwise the mma.sync kernel takes V transposed.
+// V rows as 16-byte runs of dims (NHD, HND); otherwise the kernels take V transposed.
 bool v_rows(const detail::AttentionProblem& p) {
   return rows_vectorisable(p.kv.v, p.kv.dtype, elements_per_copy(p.kv.dtype));
+}
+
+// The Hopper kernel's tiles from this cache: K and V rows of dims (NHD, HND), or vLLM's split
+// layout (K in chunks of 8 dims, V transposed in runs of 8 slots: the kernel's kVT).
+bool hopper_tiles(const detail::AttentionProblem& p) {
+  if (p.kv.k.dim_contiguous(p.head_dim) && v_rows(p)) return true;
+  const detail::KVTensorAccess& k = p.kv.k;
+  return !v_rows(p) && v_runs_vectorisable(p.kv) && k.elem_stride == 1 && k.chunk_len == 8 && k.chunk_stride % 8 == 0 &&
+         k.token_stride % 8 == 0;
 }
 
 bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
@@ -79,7 +88,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
     return last / 8 < std::int64_t{0xffffffff};
   };
   return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim <= 256 && p.head_dim % 8 == 0 &&
-         p.kv.k.dim_contiguous(p.head_dim) && v_rows(p) && q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
+         hopper_tiles(p) && q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
 #else
   (void)p, (void)device;
   return false;
@@ -178,21 +187,15 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
   const std::int64_t tiles = (max_q * p.group_size() + rows - 1) / rows;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads * split.splits),
                   static_cast<unsigned>(p.num_seqs));
+  prm.v_transposed = !v_rows(p);
   if (geometry.hopper) {
-    prm.tma_pages = use_page_boxes(p, prm);
+    prm.tma_pages = !prm.v_transposed && use_page_boxes(p, prm);
     if (p.kv.dtype == DType::kBF16) launch_paged_prefill_wgmma<__nv_bfloat16>(prm, grid, stream);
     else launch_paged_prefill_wgmma<__half>(prm, grid, stream);
     check_launch("paged_prefill_wgmma_kernel", stream);
     return;
   }
-  prm.v_transposed = !v_rows(p);
-  if (prm.v_transposed) {
-    const detail::KVTensorAccess& v = p.kv.v;
-    const std::int64_t run = elements_per_copy(p.kv.dtype);
-    prm.v_runs = v.token_stride == 1 && p.kv.page_size % run == 0 && v.page_stride % run == 0 &&
-                 v.head_stride % run == 0 && v.elem_stride % run == 0 &&
-                 reinterpret_cast<std::uintptr_t>(v.data) % 16 == 0;
-  }
+  prm.v_runs = prm.v_transposed && v_runs_vectorisable(p.kv);
   const int d = static_cast<int>(p.head_dim);
   switch (p.kv.dtype) {
     case DType::kBF16: launch_paged_prefill_mma<__nv_bfloat16, __nv_bfloat16>(prm, d, grid, stream); break;

@@ -24,9 +24,10 @@ struct PrefillSplit {
 
 // How the prefill kernel chosen for a problem on a device cuts the work: the Hopper kernel
 // (wgmma, sm_90a) on compute capability 9.0 for bf16 / f16 caches of q's dtype (any head_dim) whose
-// K and V rows are contiguous dims (NHD, HND), with 16-byte aligned q rows and every K/V row's
-// offset below 2^32 16-byte units, the mma.sync
-// kernel otherwise (or when the environment variable PAGEDATTN_PREFILL_KERNEL is "mma").
+// K and V rows are contiguous dims (NHD, HND) or in vLLM's split layout with pages of a multiple
+// of 8 slots, with 16-byte aligned q rows and every K/V row's offset below 2^32 16-byte units,
+// the mma.sync kernel otherwise (or when the environment variable PAGEDATTN_PREFILL_KERNEL is
+// "mma").
 struct PrefillGeometry {
   bool hopper = false;
   std::int64_t rows_per_cta = 0;  // packed query rows (query token x group + head)

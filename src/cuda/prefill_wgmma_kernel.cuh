@@ -41,14 +41,19 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
 
 // T: bf16 or f16 (q and cache); kD: 64, 128 or 256; kPlain: no soft-cap and no ALiBi; kPageMajor
 // (kD 128 only): the ring's tiles are stored page by page (16-key pages, see
-// WgmmaPrefillShape), else as 64-dim halves of 128 keys. Grid as the mma.sync kernel: (packed
-// row tile, KV head + num_kv_heads * split, sequence).
-template <class T, int kD, bool kPlain, bool kPageMajor>
+// WgmmaPrefillShape), else as 64-dim halves of 128 keys. kVT: V's tiles transposed (vLLM's
+// split layout, whose V pages hold each dim's slots in a run): a tile is kD rows of keys, 64
+// keys per 128-byte swizzled row block, gathered by cp.async as runs of 8 slots per dim (pages
+// of a multiple of 8 slots), and P V reads it K-major; K (16-byte chunks of 8 dims, strided
+// by page slots) takes the row gather as NHD does. Grid as the mma.sync kernel: (packed row
+// tile, KV head + num_kv_heads * split, sequence).
+template <class T, int kD, bool kPlain, bool kPageMajor, bool kVT>
 __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     paged_prefill_wgmma_kernel(const __grid_constant__ PrefillKernelParams prm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = WgmmaPrefillShapeOf<kD>;
   static_assert(!kPageMajor || kD == 128, "page-major tiles hold 128-dim rows");
+  static_assert(!kPageMajor || !kVT, "transposed V tiles are gathered");
   constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys, kStages = Shape::kStages, kHalves = Shape::kHalves;
   constexpr int kWarpRows = Shape::kWarpRows, kOBlocks = Shape::kOBlocks, kOCols = Shape::kOCols;
   constexpr int kDimPasses = Shape::kChunks > 16 ? Shape::kChunks / 16 : 1;  // 16 lanes cover 16 chunks of a row per pass
@@ -100,6 +105,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     for (int dp = 0; dp < kDimPasses; ++dp) chunk_live[dp] = (chunk + 16 * dp) * 8 < p.head_dim;
     const T* k_base = reinterpret_cast<const T*>(ka.data) + ka.offset(0, kv_head, 0, chunk * 8);
     const T* v_base = reinterpret_cast<const T*>(va.data) + va.offset(0, kv_head, 0, chunk * 8);
+    // A row's dims 128.. (kD 256): 128 elements on, or 16 chunks of vLLM's split K on (kVT: the
+    // row gather copies only K).
+    const std::int64_t k_pass = kVT ? 16 * ka.chunk_stride : 128;
     // The host checked that page and token strides fit 31 bits and that every row's offset in
     // 16-byte units fits 32 bits.
     const auto k_page_stride = static_cast<std::int32_t>(ka.page_stride), v_page_stride = static_cast<std::int32_t>(va.page_stride);
@@ -152,10 +160,42 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
           for (int dp = 0; dp < kDimPasses; ++dp) {  // chunks 16 dp + chunk: 64-dim blocks 2 dp + chunk / 8
             // Outside the keys: zeros (masked, never NaN).
             sm90::cp_async_16_or_zeros(tile + dst_base + dp * 2 * kKeys * 128 + pass_offset(pass) + swizzle[pass & 3],
-                                       base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8 + dp * 128,
+                                       base + static_cast<std::uint64_t>(off == kOutside ? 0 : off) * 8 + dp * k_pass,
                                        off != kOutside && chunk_live[dp]);
           }
         }
+      }
+    };
+    // kVT: V's tile as kD rows (dims) of kKeys keys, 64 keys per 128-byte row block. Thread wt
+    // copies one 8-key group (vg) of dims vd0, vd0 + kVtDimStep, ...: a run of 8 slots of one
+    // page per dim (pages hold whole groups), its page looked up a tile ahead. A group that
+    // starts before t_begin is copied whole (the keys before the range are the sequence's own,
+    // finite, and masked); one that ends past t_end copies only its keys before t_end (the
+    // rest of the 16 bytes zero-filled: a page's unused slots may hold NaN).
+    constexpr int kVtGroups = kKeys / 8, kVtDimStep = 128 / kVtGroups;
+    const int vg = wt % kVtGroups, vd0 = wt / kVtGroups;
+    const T* vt_base = reinterpret_cast<const T*>(va.data) + va.offset(0, kv_head, 0, 0);
+    const std::int64_t vt_dim_stride = va.elem_stride;
+    const std::uint32_t vt_dst = (vg / 8) * kD * 128 + vd0 * 128 + (((vg % 8) ^ (vd0 % 8)) << 4);
+    struct VtGroup {
+      std::uint32_t off;  // the group's first slot, in 16-byte units from vt_base
+      int bytes;          // of its 16 bytes per dim, those copied
+    };
+    auto find_vgroup = [&](int j) {
+      const std::int64_t t = t_lo + static_cast<std::int64_t>(j) * kKeys + 8 * vg;
+      if (j >= n_tiles || t + 8 <= t_begin || t >= t_end) return VtGroup{0, 0};
+      const auto key = static_cast<std::uint32_t>(t);
+      const std::uint32_t page_idx = prm.page_div.div(key);
+      const std::int64_t page = pages.page(page_idx);
+      const std::int64_t off = page * v_page_stride + (key - page_idx * P);
+      return VtGroup{static_cast<std::uint32_t>(off >> 3), static_cast<int>(2 * min(std::int64_t{8}, t_end - t))};
+    };
+    auto copy_vt_tile = [&](std::uint32_t tile, VtGroup g) {
+      const T* src = vt_base + static_cast<std::uint64_t>(g.off) * 8;
+#pragma unroll
+      for (int i = 0; i < kD / kVtDimStep; ++i) {
+        const int d = vd0 + kVtDimStep * i;
+        cp_async_16_prefix(tile + vt_dst + i * kVtDimStep * 128, src + d * vt_dim_stride, d < p.head_dim ? g.bytes : 0);
       }
     };
     // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
@@ -189,6 +229,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     };
     uint2 next = by_tma(0) ? make_uint2(kOutside, kOutside) : find_row(0);
     int next_pages = find_page(0);
+    VtGroup next_vg{0, 0};
+    if constexpr (kVT) next_vg = find_vgroup(0);
     for (int j = 0; j < n_tiles; ++j) {
       const int stage = j % kStages;
       if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
@@ -215,11 +257,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         __syncwarp();
         copy_tile(k_tile, k_base, std::false_type{});
         sm90::mbarrier_arrive_on_copies(&full_k[stage]);
-        copy_tile(v_tile, v_base, std::true_type{});
+        if constexpr (kVT) copy_vt_tile(v_tile, next_vg);
+        else copy_tile(v_tile, v_base, std::true_type{});
         sm90::mbarrier_arrive_on_copies(&full_v[stage]);
       }
       next = by_tma(j + 1) ? make_uint2(kOutside, kOutside) : find_row(j + 1);
       next_pages = find_page(j + 1);
+      if constexpr (kVT) next_vg = find_vgroup(j + 1);
     }
     return;  // the consumers wait for the copies on the full barriers
   }
@@ -307,6 +351,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   constexpr std::uint32_t kGroupBytes = kPageMajor ? Shape::kSlotGroupBytes : 1024;        // between 8-key groups
   const std::uint64_t q_desc0 = sm90::swizzled_descriptor(q_addr, 16);
   const std::uint64_t k_desc0 = sm90::swizzled_descriptor(k_addr, 16, kGroupBytes);
+  const std::uint64_t vt_desc0 = sm90::swizzled_descriptor(v_addr, 16);  // kVT: V K-major, 8 dim rows per 1024 bytes
   // V's descriptors as K's of the same stage plus a constant (V's region lies a fixed distance
   // after K's): ptxas otherwise rebuilds V's from its address in every tile.
   const std::uint64_t kv_delta = sm90::swizzled_descriptor(v_addr - k_addr, kHalfBytes, kGroupBytes) -
@@ -350,8 +395,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     for (int ks = 0; ks < kKeys / 16; ++ks) {
 #pragma unroll
       for (int b = 0; b < kOBlocks; ++b) {  // dims 128 b ..: two 64-dim blocks further
-        const std::uint64_t desc = v_desc(vd, ks);
-        sm90::wgmma_rs<T>(o[b], pa[ks], b == 0 ? desc : sm90::advanced(desc, b * 2 * kHalfBytes));
+        if constexpr (kVT) {  // K-major: keys 16 ks.. of 64-key block ks / 4, dim rows kOCols b..
+          const std::uint64_t desc = sm90::advanced(stage_desc(vt_desc0, j), kd_step(ks, kD * 128) + b * kOCols * 128);
+          sm90::wgmma_rs<T, true>(o[b], pa[ks], desc);
+        } else {
+          const std::uint64_t desc = v_desc(vd, ks);
+          sm90::wgmma_rs<T>(o[b], pa[ks], b == 0 ? desc : sm90::advanced(desc, b * 2 * kHalfBytes));
+        }
       }
     }
     sm90::wgmma_commit();
@@ -554,10 +604,11 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
 // in sm90a/prefill_wgmma_*.cu.
 template <class T>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream) {
-  auto launch = [&](auto d_c, auto plain_c, auto page_major_c) {
+  auto launch = [&](auto d_c, auto plain_c, auto page_major_c, auto vt_c) {
     constexpr int kD = decltype(d_c)::value;
     constexpr int kBytes = WgmmaPrefillShapeOf<kD>::kBytes;
-    auto kernel = paged_prefill_wgmma_kernel<T, kD, decltype(plain_c)::value, decltype(page_major_c)::value>;
+    auto kernel = paged_prefill_wgmma_kernel<T, kD, decltype(plain_c)::value, decltype(page_major_c)::value,
+                                             decltype(vt_c)::value>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
@@ -565,15 +616,20 @@ void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaS
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
   with_prefill_kernel_dims(prm.p.head_dim, [&](auto d_c) {
+    if (prm.v_transposed) {
+      if (plain) launch(d_c, std::true_type{}, std::false_type{}, std::true_type{});
+      else launch(d_c, std::false_type{}, std::false_type{}, std::true_type{});
+      return;
+    }
     if constexpr (decltype(d_c)::value == 128) {  // rows of other than 128 dims are never page-major
       if (prm.page_major) {
-        if (plain) launch(d_c, std::true_type{}, std::true_type{});
-        else launch(d_c, std::false_type{}, std::true_type{});
+        if (plain) launch(d_c, std::true_type{}, std::true_type{}, std::false_type{});
+        else launch(d_c, std::false_type{}, std::true_type{}, std::false_type{});
         return;
       }
     }
-    if (plain) launch(d_c, std::true_type{}, std::false_type{});
-    else launch(d_c, std::false_type{}, std::false_type{});
+    if (plain) launch(d_c, std::true_type{}, std::false_type{}, std::false_type{});
+    else launch(d_c, std::false_type{}, std::false_type{}, std::false_type{});
   });
 }
 

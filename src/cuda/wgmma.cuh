@@ -87,27 +87,32 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[32], std::uint64_t a_desc, s
 }
 
 // d (64 x N, f32) += A (64 x 16, registers: the m16n8k16 A fragment of each warp's 16 rows)
-// B (16 x N, shared, MN-major), N = 128 or 64 (d's registers: N / 2).
-template <class T>
+// B (16 x N, shared), N = 128 or 64 (d's registers: N / 2). B is MN-major (N contiguous: V as
+// rows of keys) unless kBKMajor (the 16 reduction elements contiguous: V stored dims-major, as
+// vLLM's split layout has it).
+#define PAGEDATTN_WGMMA_RS(N_MACRO, FIRST_A, TRANSPOSE)                                                   \
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {                                                     \
+    N_MACRO("bf16", FIRST_A, TRANSPOSE, "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])); \
+  } else {                                                                                              \
+    N_MACRO("f16", FIRST_A, TRANSPOSE, "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));  \
+  }
+template <class T, bool kBKMajor = false>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGEDATTN_WGMMA_M64N128K16("bf16", "{%66, %67, %68, %69}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
-                               "r"(a[2]), "r"(a[3]));
+  if constexpr (kBKMajor) {
+    PAGEDATTN_WGMMA_RS(PAGEDATTN_WGMMA_M64N128K16, "{%66, %67, %68, %69}", ", 0")
   } else {
-    PAGEDATTN_WGMMA_M64N128K16("f16", "{%66, %67, %68, %69}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
-                               "r"(a[2]), "r"(a[3]));
+    PAGEDATTN_WGMMA_RS(PAGEDATTN_WGMMA_M64N128K16, "{%66, %67, %68, %69}", ", 1")
   }
 }
-template <class T>
+template <class T, bool kBKMajor = false>
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    PAGEDATTN_WGMMA_M64N64K16("bf16", "{%34, %35, %36, %37}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
-                              "r"(a[2]), "r"(a[3]));
+  if constexpr (kBKMajor) {
+    PAGEDATTN_WGMMA_RS(PAGEDATTN_WGMMA_M64N64K16, "{%34, %35, %36, %37}", ", 0")
   } else {
-    PAGEDATTN_WGMMA_M64N64K16("f16", "{%34, %35, %36, %37}", ", 1", "l"(b_desc), "r"(1), "r"(a[0]), "r"(a[1]),
-                              "r"(a[2]), "r"(a[3]));
+    PAGEDATTN_WGMMA_RS(PAGEDATTN_WGMMA_M64N64K16, "{%34, %35, %36, %37}", ", 1")
   }
 }
+#undef PAGEDATTN_WGMMA_RS
 
 #undef PAGEDATTN_WGMMA_M64N128K16
 #undef PAGEDATTN_WGMMA_M64N64K16

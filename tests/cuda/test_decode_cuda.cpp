@@ -146,6 +146,30 @@ std::vector<Case> cases() {
   { Case c; c.head_dim = 256; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 256; c.kv = DType::kF8E5M2; c.layout = KVLayout::kHND; c.window = 300; c.alibi = true; c.soft_cap = 5.0f; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 256; c.q = DType::kF16; c.kv = DType::kF16; c.num_q_heads = 32; c.num_kv_heads = 8; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
+  // Head dims between the tensor-core kernels' sizes, zero-padded: into the 64 / 128 / 256
+  // kernels, TMA boxes that end past head_dim or lie wholly past it (d192), cp.async chunks past
+  // it (page sizes off 16), fp8 both ways, one KV head per query head, split-K with variants.
+  { Case c; c.head_dim = 40; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 40; c.q = DType::kF16; c.kv = DType::kF16; c.page_size = 3; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 96; c.num_q_heads = 32; c.num_kv_heads = 8; c.layout = KVLayout::kHND; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 112; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
+  { Case c; c.head_dim = 80; c.num_q_heads = 4; c.num_kv_heads = 4; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 80; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 192; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.alibi = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 192; c.q = DType::kF16; c.kv = DType::kF16; c.page_size = 3; c.window = 300; c.soft_cap = 5.0f; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 160; c.kv = DType::kF8E5M2; c.layout = KVLayout::kHND; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
+  // vLLM's split layout on the tensor-core kernel (V staged transposed in 16-byte runs of slots):
+  // runs that start before a window or a split and end past the sequence, pages of 8 (a tile
+  // across two pages) and 32, one KV head per query head, padded head dims, several page-id
+  // chunks, split-K with variants.
+  { Case c; c.layout = KVLayout::kVllmSplit; c.page_size = 8; c.window = 41; c.lens = ragged; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.num_q_heads = 4; c.num_kv_heads = 4; c.q = DType::kF16; c.kv = DType::kF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.page_size = 32; c.head_dim = 80; c.csr = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.head_dim = 192; c.variant = DecodeVariant::kSplitK; c.partition = 48; c.sinks = true; c.alibi = true; c.soft_cap = 5.0f; c.lens = ragged; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.head_dim = 64; c.num_q_heads = 32; c.num_kv_heads = 8; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.window = 300; c.lens = ragged; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.window = 45; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.lens = ragged; out.push_back(c); }
+  { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.page_size = 32; c.head_dim = 192; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   return out;
 }
 

@@ -129,7 +129,8 @@ TEST_P(CudaPrefill, MatchesReferenceWithoutPageBoxes) {
   expect_matches_reference(GetParam());
 }
 
-// The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and vLLM's split layout.
+// The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and for vLLM's split
+// layout with pages that hold no whole 8-slot runs.
 TEST_P(CudaPrefill, MatchesReferenceOnMmaSyncKernel) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedKernelChoice mma("mma");
@@ -213,6 +214,12 @@ std::vector<Case> cases() {
   with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.head_dim = 80; c.csr = true; });
   with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.soft_cap = 5.0f; c.sinks = true; });
   with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 40; c.q = DType::kF16; c.kv = DType::kF16; c.causal = false; });
+  // 16-bit vLLM caches on the Hopper kernel (V tiles transposed): windows starting mid-group,
+  // sequences ending mid-group, padded head dims, variants, the 256 shape's two dim passes.
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.window = 41; c.sinks = true; });
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.page_size = 8; c.head_dim = 80; c.alibi = true; c.soft_cap = 7.0f; });
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.page_size = 32; c.head_dim = 192; c.csr = true; c.window = 77; });
+  with([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 64; c.q = DType::kF16; c.kv = DType::kF16; c.out = DType::kF32; });
   // Long enough to stage page ids in several chunks (1024 pages at a time), page size 1.
   with([](Case& c) { c.page_size = 1; c.lens = {2500, 40}; c.queries = {300, 40}; });
   // GQA 32/8 over many 128-key tiles (the Hopper kernel's three-stage ring wraps several times):
@@ -233,6 +240,8 @@ std::vector<Case> cases() {
   long_gqa([](Case& c) { c.soft_cap = 20.0f; c.alibi = true; });
   long_gqa([](Case& c) { c.head_dim = 256; });
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; });
+  long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.causal = false; });
+  long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.window = 300; c.page_size = 8; });
   long_gqa([](Case& c) { c.head_dim = 80; c.kv = DType::kF16; c.q = DType::kF16; c.window = 300; });
   return out;
 }
@@ -243,9 +252,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefill, ::testing::ValuesIn(cases()),
                          });
 
 // The kernel choice itself: on compute capability 9.0, bf16 / f16 caches of q's dtype at
-// any head_dim go to the Hopper kernel (128-key tiles, 64 at head_dim 256); fp8, vLLM's split
-// layout, misaligned q rows and PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32
-// at head_dim 256), as does every other device.
+// any head_dim go to the Hopper kernel (128-key tiles, 64 at head_dim 256), vLLM's split layout
+// too where its pages hold whole 8-slot runs of V; fp8, other vLLM pages, misaligned q rows and
+// PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32 at head_dim 256), as does every
+// other device.
 TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   int major = 0, minor = 0;
@@ -288,7 +298,11 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
     for (detail::KVTensorAccess* t : {&q.kv.k, &q.kv.v}) t->page_stride = 8 * 128 * 16, t->head_stride = 128 * 16;
     q.kv.k.token_stride = 8, q.kv.k.chunk_len = 8, q.kv.k.chunk_stride = 16 * 8;
     q.kv.v.token_stride = 1, q.kv.v.elem_stride = 16;
-    expect_portable(q, "vLLM's split layout");
+    EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper) << "vLLM's split layout (V tiles transposed)";
+    auto q3 = q;  // pages of 3 slots hold no whole 8-slot runs of V
+    q3.kv.page_size = 3, q3.kv.v.elem_stride = 3, q3.kv.k.chunk_stride = 3 * 8;
+    for (detail::KVTensorAccess* t : {&q3.kv.k, &q3.kv.v}) t->page_stride = 8 * 128 * 3, t->head_stride = 128 * 3;
+    expect_portable(q3, "vLLM's split layout, page size 3");
   }
   {
     const ScopedKernelChoice mma("mma");
