@@ -69,12 +69,17 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 // hold whole tiles, and the cache must be q's 16-bit dtype in rows the driver can describe.
 // Any group size: below 4 (MHA) the 16-row tiles waste tensor-core work, but the TMA stream is
 // still faster than the CUDA-core kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape,
-// docs/perf-notes.md v19). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0 turns it off.
+// docs/perf-notes.md v19), except below head_dim 128 where the kernel runs zero-padded: it
+// issues d128's work per tile for fewer bytes, and the CUDA-core kernel is faster there (H100
+// MHA d80 64 x 2048 / 16 x 4096 / 1 x 32768: 500 / 278-290 / 205 us against 580 / 415-431 / 172;
+// d96 on par; d192 TMA faster; v29). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0
+// turns it off.
 bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice, int device,
                    DecodeKernelParams& prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
   if (!choice.mma_able || choice.vt || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
+  if (!choice.mma && p.head_dim < 128 && p.head_dim != 64) return false;
   if (!is_sm90(device)) return false;
   KVPageBoxes boxes;
   prm.tma_whole_rows = !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);

@@ -154,6 +154,7 @@ std::vector<Case> cases() {
   { Case c; c.head_dim = 96; c.num_q_heads = 32; c.num_kv_heads = 8; c.layout = KVLayout::kHND; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 112; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
   { Case c; c.head_dim = 80; c.num_q_heads = 4; c.num_kv_heads = 4; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 160; c.num_q_heads = 4; c.num_kv_heads = 4; c.q = DType::kF16; c.kv = DType::kF16; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 80; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 192; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.alibi = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 192; c.q = DType::kF16; c.kv = DType::kF16; c.page_size = 3; c.window = 300; c.soft_cap = 5.0f; c.lens = ragged; out.push_back(c); }
