@@ -4,7 +4,8 @@
 // come as TMA boxes (KV = T; needs prm.k_tiles / v_tiles, an sm_90 device, and pages of a
 // multiple of 16 slots; instantiated only in the sm_90a objects, PAGEDATTN_WITH_SM90A);
 // pair_steps: two tiles per softmax step (the TMA kernel only; fp8 always, 16-bit cp.async never);
-// wide: four warps per CTA instead of two (the TMA kernel only).
+// wide: four warps per CTA instead of two (the TMA kernel only). head_dim picks the 64, 128 or
+// 256 kernel (zero-padded below it); prm.v_transposed the cp.async kernel's transposed V tiles.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-// Tensor-core GQA decode kernels for a bf16 cache and bf16 q (head_dim 64 and 128).
+// Tensor-core GQA decode kernels for a bf16 cache and bf16 q (every head_dim up to 256, zero-padded between the 64, 128 and 256 kernels; V rows or, without TMA, vLLM's transposed V).
 #include "cuda/decode_mma_kernel.cuh"
 
 namespace pagedattn::cuda {

@@ -1,4 +1,4 @@
-// Tensor-core GQA decode kernels for a fp8_e5m2 cache (widened to f16; head_dim 64 and 128).
+// Tensor-core GQA decode kernels for a fp8_e5m2 cache (widened to f16; every head_dim up to 256, zero-padded between the 64, 128 and 256 kernels; V rows or vLLM's transposed V).
 #include "cuda/decode_mma_kernel.cuh"
 
 namespace pagedattn::cuda {

@@ -1,4 +1,4 @@
-// Tensor-core prefill kernels for a bf16 cache and bf16 q (head_dim 64 and 128).
+// Tensor-core prefill kernels for a bf16 cache and bf16 q (rows of 64, 128 or 256 dims).
 #include "cuda/prefill_mma_kernel.cuh"
 
 namespace pagedattn::cuda {

@@ -1,4 +1,4 @@
-// Tensor-core prefill kernels for a f16 cache and f16 q (head_dim 64 and 128).
+// Tensor-core prefill kernels for a f16 cache and f16 q (rows of 64, 128 or 256 dims).
 #include "cuda/prefill_mma_kernel.cuh"
 
 namespace pagedattn::cuda {

@@ -1,4 +1,4 @@
-// Tensor-core prefill kernels for a fp8 e4m3 cache (multiplied in f16) (head_dim 64 and 128).
+// Tensor-core prefill kernels for a fp8 e4m3 cache (multiplied in f16; rows of 64, 128 or 256 dims).
 #include "cuda/prefill_mma_kernel.cuh"
 
 namespace pagedattn::cuda {

@@ -1,4 +1,4 @@
-// Tensor-core GQA decode kernels whose bf16 K/V tiles come as TMA boxes (head_dim 64 and 128).
+// Tensor-core GQA decode kernels whose bf16 K/V tiles come as TMA boxes (every head_dim up to 256, zero-padded between the 64, 128 and 256 kernels).
 #include "cuda/decode_mma_kernel.cuh"
 
 namespace pagedattn::cuda {

@@ -1,4 +1,4 @@
-// Hopper wgmma prefill kernels for a f16 cache and f16 q (head_dim 128).
+// Hopper wgmma prefill kernels for a f16 cache and f16 q (rows of 64, 128 or 256 dims; K/V rows or vLLM's transposed V).
 #include "cuda/prefill_wgmma_kernel.cuh"
 
 namespace pagedattn::cuda {
