@@ -67,10 +67,11 @@ struct MmaDecodeSmem {
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // K's, and V's unless kVT
   // kVT: V's tile transposed, kD rows of the tile's 16 keys: runs of kRunKeys slots (16 bytes)
-  // copied, 16-bit rows read by ldmatrix padded to 48 bytes (an ldmatrix matrix's 8 rows in
-  // distinct banks); fp8 rows of 16 bytes, widened into such 16-bit rows.
+  // copied, 16-bit rows of 32 bytes whose two halves swap in rows 4-7 of every 8 (vt_offset:
+  // an ldmatrix matrix's 8 rows then fall in distinct banks); fp8 rows of 16 bytes, widened
+  // into such 16-bit rows.
   static constexpr int kRunKeys = 16 / static_cast<int>(sizeof(KV));
-  static constexpr int kVtRowBytes = 48;
+  static constexpr int kVtRowBytes = 32;
   static constexpr int kVtStageRowBytes = kFp8 ? 16 : kVtRowBytes;
   static constexpr int kVTileBytes = kVT ? kD * kVtStageRowBytes : kTileBytes;
   static constexpr int kStageWarpBytes = kTileBytes + kVTileBytes;
@@ -91,6 +92,9 @@ struct MmaDecodeSmem {
   static constexpr int kAlignSlack = kTma ? 1024 : 0;
   static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes + kQBytes;
 };
+
+// Byte offset of 16-byte chunk c (keys 8c..8c+7) of dim row d in a kVT tile of 16-bit rows.
+__device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ ((d >> 2) & 1)) << 4); }
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
@@ -377,8 +381,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             src = vt_base + page * va.page_stride + (local - page_idx * static_cast<std::uint32_t>(P));
             bytes = static_cast<int>(sizeof(KV) * min(std::int64_t{Smem::kRunKeys}, c_end - t));
           }
+          // Rows lane / kRuns + kVtDims i share their place in the swizzle (kVtDims is 16 or 32).
+          const int row0 = lane / kRuns;
           const std::uint32_t dst = static_cast<std::uint32_t>(__cvta_generic_to_shared(stage_ptr(j, 1))) +
-                                    (lane / kRuns) * Smem::kVtStageRowBytes + (lane % kRuns) * 16;
+                                    (kFp8 ? row0 * Smem::kVtStageRowBytes : vt_offset(row0, lane % kRuns));
 #pragma unroll
           for (int i = 0; i < kD / kVtDims; ++i) {
             const int d = lane / kRuns + kVtDims * i;
@@ -426,8 +432,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           for (int i = 0; i < kD / 32; ++i) {
             const int d = lane + 32 * i;
             const uint4 raw = *reinterpret_cast<const uint4*>(stage_ptr(jj, 1) + d * Smem::kVtStageRowBytes);
-            uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(wide) + d * Smem::kVtRowBytes);
-            widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
+            auto* wide_bytes = reinterpret_cast<unsigned char*>(wide);
+            widen_fp8x16_to_f16<KV>(raw, *reinterpret_cast<uint4*>(wide_bytes + vt_offset(d, 0)),
+                                    *reinterpret_cast<uint4*>(wide_bytes + vt_offset(d, 1)));
           }
         } else {
 #pragma unroll
@@ -577,8 +584,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
           if constexpr (kVT) {  // rows: dims n*8.. and (n+1)*8..; columns: keys 0-7 and 8-15
             const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
-            ldmatrix_x4<false>(b, reinterpret_cast<const T*>(base + (n * 8 + (lane & 7) + ((lane >> 4) << 3)) * Smem::kVtRowBytes +
-                                                               ((lane >> 3) & 1) * 16));
+            ldmatrix_x4<false>(b, reinterpret_cast<const T*>(base + vt_offset(n * 8 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1)));
           } else if constexpr (kTma) {
             const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
             ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
