@@ -23,7 +23,7 @@ struct KernelChoice {
   bool mma_able = false;   // the tensor-core kernel could run it (dtypes, rows, head_dim)
   bool mma = false;        // ... and takes it on every GPU: group sizes >= 4, any with vt
   bool vec = false;        // K and V rows load as aligned 8-element vectors
-  bool vt = false;         // ... or K's do and V is transposed in 8-slot runs (vLLM's split layout)
+  bool vt = false;         // ... or K's do and V is transposed in 16-byte runs of slots (vLLM's split layout)
   int lanes = 16;          // CUDA-core kernel: lanes per row (head_dim up to 8 * lanes)
   int g_tile = 1;          // query heads per CTA
   std::int64_t head_tiles = 1;

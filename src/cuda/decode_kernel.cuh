@@ -58,8 +58,8 @@ struct DecodeKernelParams {
   bool tma_whole_rows = false;
   // The tensor-core kernels request a block-table row's first page ids before the sequence's length.
   bool speculate_pages = true;
-  // V transposed in 16-byte runs of 8 slots per dim (vLLM's split layout, pages of a multiple
-  // of 8 slots): the tensor-core kernel's kVT.
+  // V transposed in 16-byte runs of slots per dim (vLLM's split layout, pages of a multiple of
+  // a run: 8 16-bit or 16 fp8 slots): the tensor-core kernel's kVT.
   bool v_transposed = false;
   CUtensorMap k_tiles, v_tiles;
 };

@@ -101,7 +101,8 @@ __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ (
 // kPadded: head_dim below kD (see below); without it the kernel's code is that of head_dim kD
 // alone (the padding's checks cost the d128 kernels 1-4% on H100 when they were run-time).
 // kVT: V transposed (vLLM's split layout, prm.v_transposed): its tiles are staged as kD rows
-// of 16 keys, two cp.async runs of 8 slots per dim, and P V reads them untransposed.
+// of 16 keys, 16-byte cp.async runs of slots per dim (two of 8 16-bit slots or one of 16 fp8),
+// and P V reads them untransposed.
 template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps, bool kPadded, bool kVT>
 __global__ void __launch_bounds__(32 * kCtaWarps)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
@@ -387,7 +388,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
                                     (kFp8 ? row0 * Smem::kVtStageRowBytes : vt_offset(row0, lane % kRuns));
 #pragma unroll
           for (int i = 0; i < kD / kVtDims; ++i) {
-            const int d = lane / kRuns + kVtDims * i;
+            const int d = row0 + kVtDims * i;
             cp_async_16_prefix(dst + kVtDims * i * Smem::kVtStageRowBytes, src + d * va.elem_stride,
                                !kPadded || d < head_dim ? bytes : 0);
           }
@@ -474,7 +475,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         for (int h = 0; h < kStep; ++h) {
 #pragma unroll
           for (int kk = 0; kk < kD / 16; kk += 2) {
-              const uint4 q0 = s_q[kk * 32 + lane], q1 = s_q[(kk + 1) * 32 + lane];
+            const uint4 q0 = s_q[kk * 32 + lane], q1 = s_q[(kk + 1) * 32 + lane];
             const std::uint32_t a0[4] = {q0.x, q0.y, q0.z, q0.w}, a1[4] = {q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
@@ -492,7 +493,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
             for (int kk = 0; kk < kD / 16; kk += 2) {
-                  std::uint32_t b[4];
+              std::uint32_t b[4];
               k_fragments(h, nt, kk, b);
               mma16816<T>(sc[2 * h + nt], qa[kk], b[0], b[1]);
               mma16816<T>(sc[2 * h + nt], qa[kk + 1], b[2], b[3]);

@@ -615,21 +615,16 @@ void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaS
     kernel<<<grid, WgmmaPrefillShape::kThreads, kBytes, stream>>>(prm);
   };
   const bool plain = prm.p.variant.soft_cap == 0.0f && prm.p.variant.alibi_slopes == nullptr;
+  auto with_plain = [&](auto d_c, auto page_major_c, auto vt_c) {
+    if (plain) launch(d_c, std::true_type{}, page_major_c, vt_c);
+    else launch(d_c, std::false_type{}, page_major_c, vt_c);
+  };
   with_prefill_kernel_dims(prm.p.head_dim, [&](auto d_c) {
-    if (prm.v_transposed) {
-      if (plain) launch(d_c, std::true_type{}, std::false_type{}, std::true_type{});
-      else launch(d_c, std::false_type{}, std::false_type{}, std::true_type{});
-      return;
-    }
+    if (prm.v_transposed) return with_plain(d_c, std::false_type{}, std::true_type{});
     if constexpr (decltype(d_c)::value == 128) {  // rows of other than 128 dims are never page-major
-      if (prm.page_major) {
-        if (plain) launch(d_c, std::true_type{}, std::true_type{}, std::false_type{});
-        else launch(d_c, std::false_type{}, std::true_type{}, std::false_type{});
-        return;
-      }
+      if (prm.page_major) return with_plain(d_c, std::true_type{}, std::false_type{});
     }
-    if (plain) launch(d_c, std::true_type{}, std::false_type{}, std::false_type{});
-    else launch(d_c, std::false_type{}, std::false_type{}, std::false_type{});
+    with_plain(d_c, std::false_type{}, std::false_type{});
   });
 }
 
