@@ -3,7 +3,8 @@
 of BENCHMARKS.md with a contiguous (non-paged) KV cache: what a user would pick instead of a
 paged kernel. Prints one JSON record per (shape, heads, backend) in the benchmark contract.
 
-Usage: python3 bench/torch_sdpa_decode.py [--iters 50] [--head-dim 128] [--kv-heads 8,32] [--out FILE]
+Usage: python3 bench/torch_sdpa_decode.py [--iters 50] [--head-dim 128] [--kv-heads 8,32]
+                                           [--shapes BxL,...] [--out FILE]
 """
 import argparse
 import json
@@ -26,6 +27,16 @@ def ragged_lens():
     return [rng.randint(1, 8192) for _ in range(128)]
 
 
+def custom_shapes(text):
+    shapes = []
+    for item in text.split(","):
+        batch, length = (int(x) for x in item.lower().split("x"))
+        if batch < 1 or length < 1:
+            raise SystemExit(f"--shapes: {item!r} needs a positive batch and length")
+        shapes.append((f"{batch}x{length}", [length] * batch))
+    return shapes
+
+
 def copy_ceiling_gbps():
     n = 2 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
@@ -39,13 +50,15 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--head-dim", type=int, default=128, help="head dimension (BENCHMARKS.md's shapes: 128)")
     ap.add_argument("--kv-heads", default="8,32", help="KV head counts to time, 32 query heads each")
+    ap.add_argument("--shapes", help="comma-separated BATCHxLENGTH shapes (e.g. 66x2048) instead of "
+                                     "BENCHMARKS.md's table")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     ceiling = copy_ceiling_gbps()
     records = []
-    shapes = SHAPES + [("d-ragged", ragged_lens())]
+    shapes = custom_shapes(args.shapes) if args.shapes else SHAPES + [("d-ragged", ragged_lens())]
     for hkv in (int(h) for h in args.kv_heads.split(",")):
         for name, lens in shapes:
             b, hq, d = len(lens), 32, args.head_dim

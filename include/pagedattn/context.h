@@ -18,9 +18,10 @@ struct Context {
   void* stream = nullptr;     // cudaStream_t for CUDA; ignored on the CPU
   int num_threads = 0;        // CPU worker threads; 0 = all hardware threads
   Implementation implementation = Implementation::kFast;
-  // Optional scratch memory on `device` for CUDA split-K decode (f32 partial states; 16-byte
-  // aligned, as cudaMalloc's pointers are). When empty, the op allocates it stream-ordered on
-  // ctx.stream (also legal inside graph capture).
+  // Optional scratch memory on `device` for CUDA split-K decode (f32 partial states) and for
+  // CUDA prefill of what its tensor-core kernels do not take, e.g. f32 q (12 bytes per query
+  // token); 16-byte aligned, as cudaMalloc's pointers are. When empty, the op allocates it
+  // stream-ordered on ctx.stream (also legal inside graph capture).
   // The CPU backend manages its own scratch and ignores this.
   std::span<std::byte> workspace{};
 

@@ -170,7 +170,13 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
     p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
     p.qo_indptr = qo_indptr.data_as<const std::int32_t>();
     const cuda::ScopedDevice on_device(ctx.device.index);
-    cuda::prefill(p, max_q, ctx.stream);
+    // What the tensor-core kernels do not take (f32 q, mixed 16-bit dtypes, odd strides) runs
+    // as one CUDA-core decode row per query token.
+    if (cuda::prefill_unsupported_on(p, ctx.device.index).empty()) {
+      cuda::prefill(p, max_q, ctx.stream);
+    } else {
+      cuda::prefill_by_rows(p, q.size(0), ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
+    }
 #endif
     return;
   }

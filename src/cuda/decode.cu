@@ -1,5 +1,6 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "core/env_switch.h"
@@ -321,6 +322,47 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
     check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
     check_launch("merge_splits_kernel", stream);
+  }
+}
+
+void decode_rows_one_pass(const detail::AttentionProblem& p, bool clip_keys_to_query, void* stream_ptr) {
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  const KernelChoice choice = choose_kernel(p, device);
+  const std::int64_t group = p.group_size();
+  const int g_tile = group <= 1 ? 1 : group <= 4 ? 4 : 8;  // the CUDA-core kernel's tiles
+  DecodeKernelParams prm;
+  prm.partition_tokens = std::numeric_limits<std::int32_t>::max();  // lengths are i32: one split
+  prm.max_splits = 1;
+  prm.head_tiles = static_cast<int>((group + g_tile - 1) / g_tile);
+  prm.k_vec = prm.v_vec = choice.vec;
+  prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
+  prm.clip_keys_to_query = clip_keys_to_query;
+  constexpr std::int64_t kMaxRows = 65535;  // grid.z
+  // Chunks move the per-row pointers below; the table's rows are reached through seq_to_row.
+  check_arg(p.seq_to_row != nullptr || p.num_seqs <= kMaxRows, "decode_rows_one_pass: more than 65535 rows need seq_to_row");
+  for (std::int64_t r0 = 0; r0 < p.num_seqs; r0 += kMaxRows) {
+    // Rows [r0, r0 + n) as a problem of their own: every per-row pointer moves by r0 rows.
+    detail::AttentionProblem chunk = p;
+    chunk.num_seqs = std::min(kMaxRows, p.num_seqs - r0);
+    chunk.qo.q += r0 * p.qo.q_token_stride * static_cast<std::int64_t>(dtype_size(p.qo.q_dtype));
+    chunk.qo.out += r0 * p.qo.out_token_stride * static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+    if (p.qo.lse) chunk.qo.lse += r0 * p.qo.lse_token_stride;
+    if (p.seq_to_row) chunk.seq_to_row += r0;
+    if (p.key_pos_offset) chunk.key_pos_offset += r0;
+    if (p.query_pos_end) chunk.query_pos_end += r0;
+    prm.p = chunk;
+    const dim3 grid(1, static_cast<unsigned>(p.num_kv_heads * prm.head_tiles), static_cast<unsigned>(chunk.num_seqs));
+    switch (p.kv.dtype) {
+      case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, choice.lanes, g_tile, grid, stream); break;
+      case DType::kF16: launch_paged_decode<__half>(prm, choice.lanes, g_tile, grid, stream); break;
+      case DType::kF32: launch_paged_decode<float>(prm, choice.lanes, g_tile, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, choice.lanes, g_tile, grid, stream); break;
+      case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, choice.lanes, g_tile, grid, stream); break;
+      default: check_supported(false, "decode: unsupported KV dtype on CUDA");
+    }
+    check_launch("paged_decode_kernel", stream);
   }
 }
 

@@ -25,4 +25,10 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
 void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* workspace,
             std::size_t workspace_bytes, void* stream);
 
+// One pass of the CUDA-core decode kernel over every row of p (its one query each, at
+// query_end(s) - 1), whatever the dtypes, layout or head_dim; with clip_keys_to_query, keys past
+// that position are not attended. p.num_seqs may exceed a grid's 65535 rows (launched in
+// chunks). For prefill's fallback (prefill.h: prefill_by_rows).
+void decode_rows_one_pass(const detail::AttentionProblem& p, bool clip_keys_to_query, void* stream);
+
 }  // namespace pagedattn::cuda

@@ -61,6 +61,9 @@ struct DecodeKernelParams {
   // V transposed in 16-byte runs of slots per dim (vLLM's split layout, pages of a multiple of
   // a run: 8 16-bit or 16 fp8 slots): the tensor-core kernel's kVT.
   bool v_transposed = false;
+  // CUDA-core kernel only: keys past the query's position are not attended (the rows are a
+  // causal prefill's query tokens, prefill_by_rows.cu; a decode query sits after all its keys).
+  bool clip_keys_to_query = false;
   CUtensorMap k_tiles, v_tiles;
 };
 
@@ -276,6 +279,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
   });
   if (!init_cta(prm, cta)) return;
+  if (prm.clip_keys_to_query) cta.t_end = min(cta.t_end, cta.q_pos + 1);
   const std::int64_t q_pos = cta.q_pos, t_begin = cta.t_begin, t_end = cta.t_end;
   const int kv_head = cta.kv_head;
   const std::int64_t P = p.kv.page_size;

@@ -2,6 +2,7 @@
 // reach and sizes the grid from host-side query counts; the launch reads only device memory.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -42,5 +43,13 @@ PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device);
 // ScopedDevice). Throws kUnsupported for problems the kernels do not cover.
 void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream,
              const PrefillSplit& split = {});
+
+// Prefill for the problems prefill_unsupported_on rejects (f32 q, a 16-bit cache of the other
+// 16-bit dtype, rows the copies cannot vectorise): every query token is one row of the CUDA-core
+// decode kernel (prefill_by_rows.cu). total_q: q's tokens. Needs 12 bytes of workspace per
+// token (20 with key offsets): `workspace` when given (it must hold them), else allocated on
+// the stream.
+void prefill_by_rows(const detail::AttentionProblem& p, std::int64_t total_q, void* workspace,
+                     std::size_t workspace_bytes, void* stream);
 
 }  // namespace pagedattn::cuda

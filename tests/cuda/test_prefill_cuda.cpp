@@ -1,8 +1,7 @@
 // CUDA prefill / append against the CPU reference on the same cache bytes: NHD, HND and vLLM's
-// split layout, both
-// page-table formats, bf16/f16/fp8 caches, head dims from 8 to 256, page sizes, group sizes,
-// variants, ragged batches with empty, single-token, full-prefill and append sequences; bad and
-// unsupported input rejected with nothing written.
+// split layout, both page-table formats, f32/bf16/f16/fp8 caches (f32 q too), head dims from 8
+// to 256, page sizes, group sizes, variants, ragged batches with empty, single-token,
+// full-prefill and append sequences; bad input rejected with nothing written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -243,6 +242,33 @@ std::vector<Case> cases() {
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.causal = false; });
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.window = 300; c.page_size = 8; });
   long_gqa([](Case& c) { c.head_dim = 80; c.kv = DType::kF16; c.q = DType::kF16; c.window = 300; });
+  // What the tensor-core kernels do not take runs as one CUDA-core decode row per query token
+  // (prefill_by_rows.cu): f32 q over every cache dtype, a 16-bit cache of the other 16-bit
+  // dtype, fp8 at a head_dim that is not a multiple of 16; layouts, formats and variants.
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kF8E5M2}) {
+    with([&](Case& c) { c.q = DType::kF32; c.kv = kv; });
+  }
+  with([](Case& c) { c.q = DType::kBF16; c.kv = DType::kF16; });
+  with([](Case& c) { c.q = DType::kF16; c.kv = DType::kBF16; c.out = DType::kF32; c.layout = KVLayout::kVllmSplit; });
+  with([](Case& c) { c.head_dim = 72; c.kv = DType::kF8E4M3; c.per_head_scales = true; });
+  with([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; c.layout = KVLayout::kVllmSplit; c.page_size = 3; c.csr = true; });
+  with([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; c.layout = KVLayout::kHND; c.window = 40; c.sinks = true; });
+  with([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; c.soft_cap = 5.0f; c.alibi = true; c.out = DType::kBF16; });
+  with([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; c.causal = false; c.head_dim = 256; c.page_size = 1; });
+  with([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; c.head_dim = 40; c.num_q_heads = 40; c.num_kv_heads = 8; });
+  long_gqa([](Case& c) { c.q = DType::kF32; c.kv = DType::kF32; });
+  long_gqa([](Case& c) { c.q = DType::kF32; c.kv = DType::kBF16; c.causal = false; c.window = 300; });
+  // More query tokens than one grid's 65535 rows (launched in chunks): 4100 sequences of 16.
+  with([](Case& c) {
+    c.q = DType::kF32;
+    c.kv = DType::kF32;
+    c.num_q_heads = 2;
+    c.num_kv_heads = 1;
+    c.head_dim = 8;
+    c.lens = std::vector<std::int64_t>(4100, 16);
+    c.queries = std::vector<std::int64_t>(4100, 16);
+    c.lens[7] = 40;
+  });
   return out;
 }
 
@@ -326,23 +352,29 @@ TEST(CudaPrefillErrors, RejectsBadOrUnsupportedInputAndWritesNothing) {
     const auto before = out.snapshot();
     const PageTable host_table = h.table();
     const PrefillOptions options = drop_options ? PrefillOptions{} : PrefillOptions{&host_table, host_indptr};
+    DeviceBuffer small_workspace(16);
+    Context ctx{Device::cuda(0)};
+    ctx.workspace = {static_cast<std::byte*>(small_workspace.get()), 16};
     test::expect_error_then_sync([&] {
-      prefill(Context{Device::cuda(0)}, d.q.view, dev_indptr.view, d.cache, d.table, d.params,
+      prefill(ctx, d.q.view, dev_indptr.view, d.cache, d.table, d.params,
               TensorView(out.get(), c.q, {30, c.num_q_heads, c.head_dim}, Device::cuda(0)), {}, options);
     }, needle);
     EXPECT_EQ(out.snapshot(), before) << needle;
   };
   check(Case{}, "host_qo_indptr", true);
-  { Case c; c.q = DType::kF32; c.kv = DType::kF32; check(c, "bf16 or f16 q", false); }
-  { Case c; c.head_dim = 72; c.kv = DType::kF8E4M3; check(c, "head_dim a multiple of 16", false); }
+  // The per-token path needs 12 bytes of workspace per query token: a given one must hold them.
+  { Case c; c.q = DType::kF32; c.kv = DType::kF32; check(c, "ctx.workspace has 16 bytes, prefill needs 360", false); }
 }
 
 // A prefill captured once in a CUDA graph replays correctly after qo_indptr and the lengths
 // change within the bounds it was sized for (the same token count, no sequence with more
 // queries than planned): the kernel reads both from device memory.
-TEST(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
+class CudaPrefillGraph : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;
+  c.q = c.kv = GetParam();
   c.lens = {300, 700, 129};
   const std::int64_t S = 3, T = 293;
   test::HostProblem h = test::build(c, 13, T);
@@ -351,13 +383,13 @@ TEST(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
   std::vector<std::int32_t> indptr = {0, 100, 164, 293};  // at most 129 queries per sequence
   const TensorView host_indptr(indptr.data(), DType::kI32, {S + 1});
   test::Mirrored dev_indptr = test::mirror(host_indptr);
-  const std::size_t out_bytes = static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * 2;
+  const std::size_t out_bytes = static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * dtype_size(c.q);
   DeviceBuffer out(out_bytes);
   cudaStream_t stream;
   test::cuda_ok(cudaStreamCreate(&stream), "stream");
   const Context ctx{Device::cuda(0), stream};
   const PageTable host_table = h.table();  // sized for these lengths and queries
-  const TensorView out_view(out.get(), DType::kBF16, {T, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  const TensorView out_view(out.get(), c.q, {T, c.num_q_heads, c.head_dim}, Device::cuda(0));
   cudaGraph_t graph;
   test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
   prefill(ctx, d.q.view, dev_indptr.view, d.cache, d.table, d.params, out_view, {},
@@ -381,14 +413,19 @@ TEST(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
     Context ref = Context::cpu();
     ref.implementation = Implementation::kReference;
     prefill(ref, h.q_view, TensorView(const_cast<std::int32_t*>(step.indptr.data()), DType::kI32, {S + 1}), h.cache,
-            h.bt.view(), host_params, TensorView(want.data(), DType::kBF16, {T, c.num_q_heads, c.head_dim}));
-    test::expect_close(test::to_floats(out.snapshot(), DType::kBF16), test::to_floats(want, DType::kBF16),
-                       test::tolerance(DType::kBF16), "graph replay");
+            h.bt.view(), host_params, TensorView(want.data(), c.q, {T, c.num_q_heads, c.head_dim}));
+    test::expect_close(test::to_floats(out.snapshot(), c.q), test::to_floats(want, c.q), test::tolerance(c.q),
+                       "graph replay");
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
+
+// bf16: the tensor-core kernels; f32: one CUDA-core decode row per query token, whose rows are
+// mapped on the device from qo_indptr and the lengths.
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaPrefillGraph, ::testing::Values(DType::kBF16, DType::kF32),
+                         [](const ::testing::TestParamInfo<DType>& info) { return std::string(to_string(info.param)); });
 
 }  // namespace
 }  // namespace pagedattn
