@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "demo.h"
 #include "pagedattn/error.h"
+#include "pagedattn/system_info.h"
 
 namespace pagedattn::cli::demo {
 namespace {
@@ -76,19 +77,26 @@ void print_summary(const Geometry& g, const DemoStats& s) {
                                                        output_tolerance(g.q_dtype, g.kv_dtype))});
   t.add_row({"KV read-back tokens / mismatches", fmt::format("{} / {}", s.kv_tokens_checked, s.kv_mismatches)});
   t.add_row({"cache integrity checks", count(s.integrity_checks)});
+  if (s.device_pool_checks > 0) {
+    t.add_row({"GPU pool == host pool (byte checks)", count(s.device_pool_checks)});
+  }
   t.add_row({"wall time", fmt::format("{:.2f} s", s.wall_seconds)});
   t.print(stdout);
 }
 
+// Where the fast ops run: the CPU's SIMD target, or the GPU's name.
+std::string device_label(const DemoOptions& o) {
+  if (resolve_device(o.device).type == DeviceType::kCPU) return "cpu";
+  const std::vector<GpuInfo> gpus = cuda_devices();
+  return "cuda (" + gpus.front().name + ")";
+}
+
 int run_demo(const DemoOptions& o) {
-  if (resolve_device(o.device).type != DeviceType::kCPU) {
-    throw Error(ErrorCode::kUnsupported,
-                "pagedattn demo keeps its KV pool in host memory and runs on the CPU only; use --device cpu");
-  }
+  const std::string device = device_label(o);
   const Geometry g = resolve_geometry(o);
-  fmt::print("pagedattn demo: {} requests, KV {} {} page size {} x {} pages, heads {}/{} d{}, q {}, "
+  fmt::print("pagedattn demo on {}: {} requests, KV {} {} page size {} x {} pages, heads {}/{} d{}, q {}, "
              "token budget {}, {} page tables\n\n",
-             o.requests, o.kv_dtype, o.layout, g.page_size, g.num_pages, g.num_q_heads,
+             device, o.requests, o.kv_dtype, o.layout, g.page_size, g.num_pages, g.num_q_heads,
              g.num_kv_heads, g.head_dim, o.q_dtype, o.token_budget, o.page_table);
   std::fflush(stdout);  // before the progress line on stderr
   ProgressLine progress(stderr, 100);

@@ -86,6 +86,7 @@ struct DemoStats {
   std::int64_t kv_tokens_checked = 0;  // cache contents read back against the synthetic K/V
   std::int64_t kv_mismatches = 0;
   std::int64_t integrity_checks = 0;
+  std::int64_t device_pool_checks = 0;  // --device cuda: the GPU's pool compared with the host's
   double max_abs_error = 0;
   double wall_seconds = 0;
 };
@@ -110,6 +111,11 @@ class KVPool {
  public:
   explicit KVPool(const Geometry& g);
   const PagedKV& views() const { return kv_; }
+  const KVCacheSpec& spec() const { return spec_; }
+  // The K and V tensors' memory, tensor_bytes() each (for a device twin of the pool).
+  const std::byte* k_bytes() const { return k_mem_.get(); }
+  const std::byte* v_bytes() const { return v_mem_.get(); }
+  std::size_t tensor_bytes() const { return bytes_; }
   // Does the cache hold token `token`'s K/V at `pos` in slot `slot`? (exact, after the cache
   // dtype's rounding)
   bool holds(std::int64_t slot, TokenId token, std::int64_t pos) const;
@@ -122,6 +128,8 @@ class KVPool {
     void operator()(void* p) const;
   };
   Geometry g_;
+  KVCacheSpec spec_;
+  std::size_t bytes_ = 0;
   std::unique_ptr<std::byte, FreeDeleter> k_mem_, v_mem_;
   PagedKV kv_;
 };

@@ -131,15 +131,15 @@ double output_tolerance(DType q_dtype, DType kv_dtype) {
 void KVPool::FreeDeleter::operator()(void* p) const { std::free(p); }
 
 KVPool::KVPool(const Geometry& g) : g_(g) {
-  KVCacheSpec spec;
+  KVCacheSpec& spec = spec_;
   spec.layout = g.layout;
   spec.dtype = g.kv_dtype;
   spec.num_pages = g.num_pages;
   spec.page_size = g.page_size;
   spec.num_kv_heads = g.num_kv_heads;
   spec.head_dim = g.head_dim;
-  const auto bytes = static_cast<std::size_t>(spec.bytes_per_tensor());
-  const std::size_t padded = (bytes + 63) / 64 * 64;
+  bytes_ = static_cast<std::size_t>(spec.bytes_per_tensor());
+  const std::size_t padded = (bytes_ + 63) / 64 * 64;
   k_mem_.reset(static_cast<std::byte*>(std::aligned_alloc(64, padded)));
   v_mem_.reset(static_cast<std::byte*>(std::aligned_alloc(64, padded)));
   if (!k_mem_ || !v_mem_) throw std::bad_alloc();

@@ -5,7 +5,9 @@
 // budget. Then, in the order a real engine would: copy-on-write page copies, K/V writes into the
 // slots the manager assigned (then reported with mark_computed, which is what makes full pages
 // available to prefix hits), attention (prefill for chunks, decode for single tokens), each
-// call repeated with the reference implementation and compared.
+// call repeated with the reference implementation and compared. With --device cuda the writes
+// and the attention also run on a device twin of the pool (demo_device.h), which must equal the
+// host pool byte for byte after every verified step.
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -14,6 +16,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_device.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 
@@ -61,6 +64,7 @@ class Engine {
     fast_.num_threads = o.threads;
     reference_ = fast_;
     reference_.implementation = Implementation::kReference;
+    if (resolve_device(o.device).type == DeviceType::kCUDA) device_ = make_device_pool(pool_);
     for (const Request& r : make_requests(o)) {
       auto s = std::make_unique<Seq>();
       s->uid = r.uid;
@@ -155,8 +159,9 @@ class Engine {
     if (!copies.empty()) {
       std::vector<std::int64_t> mapping;
       for (const PageCopy& c : copies) { mapping.push_back(c.src); mapping.push_back(c.dst); }
-      copy_blocks(fast_, pool_.views(),
-                  TensorView(mapping.data(), DType::kI64, {static_cast<std::int64_t>(copies.size()), 2}));
+      const TensorView mapping_view(mapping.data(), DType::kI64, {static_cast<std::int64_t>(copies.size()), 2});
+      copy_blocks(fast_, pool_.views(), mapping_view);
+      if (device_) device_->copy_blocks(mapping_view);
       stats_.cow_copies += static_cast<std::int64_t>(copies.size());
     }
     // 5. K/V of every new token; only once they are written may their pages serve prefix hits.
@@ -164,6 +169,7 @@ class Engine {
     writes.insert(writes.end(), prefills.begin(), prefills.end());
     write_kv(writes);
     for (const Work& w : writes) manager_.mark_computed(w.seq->id, w.end);
+    if (device_ && verify) check_device_pool();
     // 6. Attention, alternating page-table formats when asked to.
     const bool csr = o_.page_table == "csr" || (o_.page_table == "alternate" && stats_.steps % 2 == 1);
     if (!decodes.empty()) attend(decodes, /*is_decode=*/true, csr, verify);
@@ -268,9 +274,22 @@ class Engine {
         slots.push_back(manager_.slot(w.seq->id, pos));
       }
     }
-    append_kv(fast_, pool_.views(), TensorView(k.data(), DType::kF32, {n, g_.num_kv_heads, g_.head_dim}),
-              TensorView(v.data(), DType::kF32, {n, g_.num_kv_heads, g_.head_dim}),
-              TensorView(slots.data(), DType::kI64, {n}));
+    const TensorView k_view(k.data(), DType::kF32, {n, g_.num_kv_heads, g_.head_dim});
+    const TensorView v_view(v.data(), DType::kF32, {n, g_.num_kv_heads, g_.head_dim});
+    const TensorView slots_view(slots.data(), DType::kI64, {n});
+    append_kv(fast_, pool_.views(), k_view, v_view, slots_view);
+    if (device_) device_->append_kv(k_view, v_view, slots_view);
+  }
+
+  // The device twin must hold the host pool's bytes (the CUDA cache writes store the CPU's).
+  void check_device_pool() {
+    const std::int64_t differ = device_->differing_bytes(pool_);
+    ++stats_.device_pool_checks;
+    if (differ == 0) return;
+    if (++stats_.kv_mismatches <= kMaxReportedMismatches) {
+      fmt::print(stderr, "\nKV MISMATCH: after step {} the GPU's pool differs from the host pool in {} bytes\n",
+                 stats_.steps, differ);
+    }
   }
 
   // A prefix hit must come with its K/V already written: the manager registers pages only once
@@ -295,6 +314,7 @@ class Engine {
   const DemoOptions& o_;
   Geometry g_;
   KVPool pool_;
+  std::unique_ptr<DevicePool> device_;  // --device cuda: the pool's twin, where attention runs
   KVCacheManager manager_;
   double tolerance_;
   Context fast_, reference_;
@@ -348,9 +368,14 @@ void Engine::attend(const std::vector<Work>& work, bool is_decode, bool csr, boo
     if (is_decode) decode(ctx, q_view, pool_.views(), table, params, o, l);
     else prefill(ctx, q_view, indptr_view, pool_.views(), table, params, o, l);
   };
-  const double t0 = now_seconds();
-  run(fast_, out_view, lse_view);
-  stats_.attention_seconds += now_seconds() - t0;
+  if (device_) {
+    stats_.attention_seconds += device_->attend(q_view, is_decode ? TensorView{} : indptr_view, table, params,
+                                                out_view, lse_view);
+  } else {
+    const double t0 = now_seconds();
+    run(fast_, out_view, lse_view);
+    stats_.attention_seconds += now_seconds() - t0;
+  }
   ++stats_.attention_calls;
   stats_.attention_query_tokens += total_q;
   stats_.outputs_total += total_q;
