@@ -14,7 +14,8 @@
 // ctx.stream. Ops that must validate index values (decode's page table, append_kv's slots,
 // copy_blocks' page pairs) take a host copy of them in their options instead of reading the
 // GPU: they never synchronise and can be captured in a CUDA graph. The CUDA backend runs
-// decode, prefill, cascade_decode, append_kv, copy_blocks, merge_state and merge_states.
+// decode, prefill, cascade_decode, append_kv, copy_blocks, swap_blocks, merge_state and
+// merge_states.
 #pragma once
 
 #include <span>
@@ -59,6 +60,19 @@ struct CopyBlocksOptions {
 // destination, and no page is written twice.
 void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& block_mapping,
                  const CopyBlocksOptions& options = {});
+
+// Copies whole pages (K and V, every head) from `src` to `dst`: two caches of the same layout,
+// dtype, page size, KV heads and head_dim (their page counts may differ) that may live on
+// different devices. It is the swap-out (GPU -> host) and swap-in (host -> GPU) of preemption by
+// swapping, or a copy between two pools. block_mapping: a host i32/i64 [n, 2] tensor of (src page,
+// dst page); no dst page twice and, when src and dst are the same cache, no page both a source
+// and a destination. Each page of K and of V must be one dense block, arranged alike in both
+// caches (every layout as KVCacheSpec::make_views and PagedKV::from_stacked give it). Values are
+// copied as stored, so fp8 caches must share their scales (the per-tensor ones are checked;
+// per-head scale tensors are not read). ctx: the GPU the caches are on (the copies are enqueued
+// on its stream; with host memory that is not page-locked they also wait for the host, and only
+// page-locked memory can be captured in a CUDA graph), or the CPU when both are in host memory.
+void swap_blocks(const Context& ctx, const PagedKV& src, const PagedKV& dst, const TensorView& block_mapping);
 
 // ---- attention -----------------------------------------------------------------------------
 

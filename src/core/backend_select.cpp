@@ -11,8 +11,9 @@ namespace pagedattn::detail {
 
 namespace {
 // The ops the CUDA backend implements; the others report Unsupported on a GPU context.
-constexpr std::array<std::string_view, 7> kCudaOps = {"decode",     "prefill",     "cascade_decode", "append_kv",
-                                                      "copy_blocks", "merge_state", "merge_states"};
+constexpr std::array<std::string_view, 8> kCudaOps = {"decode",      "prefill",     "cascade_decode",
+                                                      "append_kv",   "copy_blocks", "swap_blocks",
+                                                      "merge_state", "merge_states"};
 }  // namespace
 
 void require_backend(const Context& ctx, std::string_view op) {

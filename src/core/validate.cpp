@@ -81,14 +81,15 @@ KVTensorAccess access_of(const TensorView& t, int page_dim, int head_dim_axis, i
 }
 }  // namespace
 
-KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
+KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache, std::string_view name) {
+  const std::string n(name);
   const std::initializer_list<DType> kKVTypes = {DType::kF32, DType::kF16, DType::kBF16,
                                                      DType::kF8E4M3, DType::kF8E5M2};
   const bool split = cache.layout == KVLayout::kVllmSplit;
-  check_tensor(ctx, cache.k, "cache.k", kKVTypes, split ? 5 : 4);
-  check_tensor(ctx, cache.v, "cache.v", kKVTypes, 4);
+  check_tensor(ctx, cache.k, n + ".k", kKVTypes, split ? 5 : 4);
+  check_tensor(ctx, cache.v, n + ".v", kKVTypes, 4);
   check_arg(cache.k.dtype() == cache.v.dtype(), [&] {
-    return "cache.k has dtype " + std::string(to_string(cache.k.dtype())) + " but cache.v has " +
+    return n + ".k has dtype " + std::string(to_string(cache.k.dtype())) + " but " + n + ".v has " +
            std::string(to_string(cache.v.dtype()));
   });
   KVCacheAccess kv;
@@ -110,7 +111,7 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
     case KVLayout::kVllmSplit: {
       const std::int64_t x = vllm_split_x(kv.dtype);
       check_arg(k.size(4) == x, [&] {
-        return "cache.k (vllm layout) last dimension is " + str(k.size(4)) + ", expected x = 16 bytes = " + str(x) +
+        return n + ".k (vllm layout) last dimension is " + str(k.size(4)) + ", expected x = 16 bytes = " + str(x) +
                " elements of " + std::string(to_string(kv.dtype));
       });
       kv.num_pages = k.size(0), kv.num_kv_heads = k.size(1), kv.page_size = k.size(3),
@@ -121,11 +122,11 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
       kv.v = access_of(cache.v, 0, 1, 3, 2, kv.head_dim);
       break;
     }
-    default: check_arg(false, "cache.layout is not a known KVLayout");
+    default: check_arg(false, n + ".layout is not a known KVLayout");
   }
-  check_head_dim(kv.head_dim, "cache");
-  check_arg(kv.page_size >= 1, [&] { return "cache page_size is " + str(kv.page_size) + ", expected >= 1"; });
-  check_arg(kv.num_kv_heads >= 1, [&] { return "cache num_kv_heads is " + str(kv.num_kv_heads); });
+  check_head_dim(kv.head_dim, n);
+  check_arg(kv.page_size >= 1, [&] { return n + " page_size is " + str(kv.page_size) + ", expected >= 1"; });
+  check_arg(kv.num_kv_heads >= 1, [&] { return n + " num_kv_heads is " + str(kv.num_kv_heads); });
   // V must describe the same geometry as K.
   const TensorView& v = cache.v;
   const std::int64_t expect_v[4] = {
@@ -134,20 +135,21 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache) {
       cache.layout == KVLayout::kNHD ? kv.num_kv_heads
       : cache.layout == KVLayout::kHND ? kv.page_size : kv.head_dim,
       cache.layout == KVLayout::kVllmSplit ? kv.page_size : kv.head_dim};
-  for (int d = 0; d < 4; ++d) check_dim(v, "cache.v", d, expect_v[d], "to match cache.k");
+  for (int d = 0; d < 4; ++d) check_dim(v, n + ".v", d, expect_v[d], "to match " + n + ".k");
   if (is_fp8(kv.dtype)) {
     check_arg(std::isfinite(cache.k_scale) && cache.k_scale > 0,
-              [&] { return "cache.k_scale must be finite and > 0, got " + std::to_string(cache.k_scale); });
+              [&] { return n + ".k_scale must be finite and > 0, got " + std::to_string(cache.k_scale); });
     check_arg(std::isfinite(cache.v_scale) && cache.v_scale > 0,
-              [&] { return "cache.v_scale must be finite and > 0, got " + std::to_string(cache.v_scale); });
+              [&] { return n + ".v_scale must be finite and > 0, got " + std::to_string(cache.v_scale); });
     kv.k_scale = cache.k_scale;
     kv.v_scale = cache.v_scale;
-    for (auto [t, name, dst] : {std::tuple{&cache.k_head_scales, "cache.k_head_scales", &kv.k_head_scales},
-                                std::tuple{&cache.v_head_scales, "cache.v_head_scales", &kv.v_head_scales}}) {
+    for (auto [t, suffix, dst] : {std::tuple{&cache.k_head_scales, ".k_head_scales", &kv.k_head_scales},
+                                  std::tuple{&cache.v_head_scales, ".v_head_scales", &kv.v_head_scales}}) {
       if (!t->defined()) continue;
-      check_tensor(ctx, *t, name, {DType::kF32}, 1);
-      check_dim(*t, name, 0, kv.num_kv_heads, "num_kv_heads");
-      check_arg(t->is_contiguous(), [&] { return std::string(name) + " must be contiguous"; });
+      const std::string scales = n + suffix;
+      check_tensor(ctx, *t, scales, {DType::kF32}, 1);
+      check_dim(*t, scales, 0, kv.num_kv_heads, "num_kv_heads");
+      check_arg(t->is_contiguous(), [&] { return scales + " must be contiguous"; });
       *dst = t->data_as<const float>();
     }
   }

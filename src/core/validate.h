@@ -24,7 +24,8 @@ void check_tensor(const Context& ctx, const TensorView& t, std::string_view name
 void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t expected,
                std::string_view what);
 
-KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache);
+// `name` prefixes error messages ("cache.k has dtype ...").
+KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache, std::string_view name = "cache");
 
 // Validates the table against the cache (page ids in [0, num_pages) for every page a sequence
 // uses, lengths within the pages given). `name` prefixes error messages.

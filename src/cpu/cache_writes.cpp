@@ -77,4 +77,12 @@ void copy_blocks(const detail::KVCacheAccess& kv,
   }
 }
 
+void copy_page_runs(std::span<const detail::PageRun> runs) {
+  for (const detail::PageRun& r : runs) {
+    for (std::int64_t i = 0; i < r.pages; ++i) {
+      std::memcpy(r.dst + i * r.dst_pitch, r.src + i * r.src_pitch, static_cast<std::size_t>(r.bytes));
+    }
+  }
+}
+
 }  // namespace pagedattn::cpu

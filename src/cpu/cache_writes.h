@@ -5,6 +5,7 @@
 #include <span>
 #include <utility>
 
+#include "core/page_run.h"
 #include "core/problem.h"
 
 namespace pagedattn::cpu {
@@ -24,5 +25,8 @@ void append_kv(const detail::KVCacheAccess& kv, const TokenRows& k, const TokenR
 // Copies every (src, dst) page of both K and V.
 void copy_blocks(const detail::KVCacheAccess& kv,
                  std::span<const std::pair<std::int64_t, std::int64_t>> mapping, int num_threads);
+
+// swap_blocks between two caches in host memory: each run's pages, one memcpy each.
+void copy_page_runs(std::span<const detail::PageRun> runs);
 
 }  // namespace pagedattn::cpu

@@ -1,4 +1,4 @@
-// Internal: the cache writes on CUDA (append_kv, copy_blocks). src/core/cache_ops.cpp has
+// Internal: the cache writes on CUDA (append_kv, copy_blocks, swap_blocks). src/core/cache_ops.cpp has
 // validated every argument, index values included (on the caller's host copies); every pointer
 // here is a device pointer. The launches only enqueue work on `stream`: no synchronisation and
 // no allocation, so they can be captured in a CUDA graph.
@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "core/page_run.h"
 #include "core/problem.h"
 
 namespace pagedattn::cuda {
@@ -41,5 +43,9 @@ void append_kv(const detail::KVCacheAccess& kv, const TokenRows& k, const TokenR
 // Copies page mapping.at(i, 0) onto page mapping.at(i, 1), K and V, i in [0, num_pairs).
 void copy_blocks(const detail::KVCacheAccess& kv, const IndexView& mapping,
                  std::int64_t num_pairs, void* stream);
+
+// swap_blocks: each run as one cudaMemcpy2DAsync (any direction: unified addressing), enqueued
+// on `stream`. Host memory that is not page-locked makes the copies wait for the host.
+void copy_page_runs(std::span<const detail::PageRun> runs, void* stream);
 
 }  // namespace pagedattn::cuda

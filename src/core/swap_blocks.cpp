@@ -1,0 +1,161 @@
+// swap_blocks: whole pages between two caches of one geometry, possibly on different devices
+// (swap-out to host memory, swap-in back to a GPU). Everything is validated on the host first;
+// then each tensor's pages go over as runs: a run of pairs whose source and destination pages
+// both advance by one is one strided copy (memcpy on the CPU, cudaMemcpy2DAsync on CUDA).
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/backend_select.h"
+#include "core/page_run.h"
+#include "core/validate.h"
+#include "cpu/cache_writes.h"
+#include "pagedattn/error.h"
+#include "pagedattn/ops.h"
+
+#if PAGEDATTN_WITH_CUDA
+#include "cuda/cache_writes.h"
+#include "cuda/scoped_device.h"
+#endif
+
+namespace pagedattn {
+
+namespace {
+
+std::string str(std::int64_t x) { return std::to_string(x); }
+
+// The caches' devices against ctx's: a GPU cache must be on ctx's GPU; with both caches in host
+// memory ctx is the CPU.
+void check_devices(const Context& ctx, const PagedKV& src, const PagedKV& dst) {
+  const Device sd = src.k.device(), dd = dst.k.device();
+  const bool on_gpu = sd.type == DeviceType::kCUDA || dd.type == DeviceType::kCUDA;
+  for (auto [d, name] : {std::pair{sd, "src"}, std::pair{dd, "dst"}}) {
+    check_arg(d.type == DeviceType::kCPU || d == ctx.device, [&] {
+      return std::string(name) + " is on " + to_string(d) + " but the op runs on " + to_string(ctx.device);
+    });
+  }
+  check_arg(on_gpu || ctx.device.type == DeviceType::kCPU, [&] {
+    return "src and dst are in host memory but the op runs on " + to_string(ctx.device) + " (use the CPU context)";
+  });
+}
+
+// A page of one tensor as one dense block: its bytes start at data + page * page_stride * esize.
+bool dense_pages(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv) {
+  const std::int64_t page_elems = kv.page_size * kv.num_kv_heads * kv.head_dim;
+  return t.offset(0, kv.num_kv_heads - 1, kv.page_size - 1, kv.head_dim - 1) == page_elems - 1 &&
+         t.head_stride > 0 && t.token_stride > 0 && t.elem_stride > 0;
+}
+
+// Same element order inside a page (the page strides may differ).
+bool same_arrangement(const detail::KVTensorAccess& a, const detail::KVTensorAccess& b) {
+  return a.head_stride == b.head_stride && a.token_stride == b.token_stride && a.chunk_stride == b.chunk_stride &&
+         a.elem_stride == b.elem_stride && a.chunk_len == b.chunk_len;
+}
+
+void check_geometry(const PagedKV& src, const PagedKV& dst, const detail::KVCacheAccess& s,
+                    const detail::KVCacheAccess& d) {
+  check_arg(src.layout == dst.layout, [&] {
+    return "dst has layout " + std::string(to_string(dst.layout)) + " but src has " + std::string(to_string(src.layout));
+  });
+  check_arg(s.dtype == d.dtype, [&] {
+    return "dst has dtype " + std::string(to_string(d.dtype)) + " but src has " + std::string(to_string(s.dtype));
+  });
+  for (auto [a, b, what] : {std::tuple{s.page_size, d.page_size, "page_size"},
+                            std::tuple{s.num_kv_heads, d.num_kv_heads, "num_kv_heads"},
+                            std::tuple{s.head_dim, d.head_dim, "head_dim"}}) {
+    check_arg(a == b, [&] { return "dst has " + std::string(what) + " " + str(b) + " but src has " + str(a); });
+  }
+  if (is_fp8(s.dtype) && !src.k_head_scales.defined() && !dst.k_head_scales.defined()) {
+    check_arg(src.k_scale == dst.k_scale && src.v_scale == dst.v_scale,
+              "src and dst are fp8 caches with different scales: their stored values would change meaning");
+  }
+  for (auto [a, b, name] : {std::tuple{&s.k, &d.k, "K"}, std::tuple{&s.v, &d.v, "V"}}) {
+    check_supported(dense_pages(*a, s) && dense_pages(*b, d) && same_arrangement(*a, *b), [&] {
+      return std::string("swap_blocks needs every page of ") + name +
+             " to be one dense block, arranged alike in src and dst (as make_views / from_stacked give them)";
+    });
+  }
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> checked_mapping(const TensorView& m, const detail::KVCacheAccess& s,
+                                                                   const detail::KVCacheAccess& d, bool same_cache) {
+  detail::check_tensor(Context::cpu(), m, "block_mapping", {DType::kI32, DType::kI64}, 2);
+  detail::check_dim(m, "block_mapping", 1, 2, "(src, dst)");
+  const std::int64_t n = m.size(0);
+  auto at = [&](std::int64_t i, std::int64_t j) {
+    const std::int64_t e = i * m.stride(0) + j * m.stride(1);
+    return m.dtype() == DType::kI32 ? std::int64_t{m.data_as<const std::int32_t>()[e]} : m.data_as<const std::int64_t>()[e];
+  };
+  std::vector<std::pair<std::int64_t, std::int64_t>> pairs(static_cast<std::size_t>(n));
+  std::set<std::int64_t> sources, destinations;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t sp = at(i, 0), dp = at(i, 1);
+    check_arg(sp >= 0 && sp < s.num_pages, [&] {
+      return "block_mapping[" + str(i) + "] src page " + str(sp) + " is out of range [0, " + str(s.num_pages) + ")";
+    });
+    check_arg(dp >= 0 && dp < d.num_pages, [&] {
+      return "block_mapping[" + str(i) + "] dst page " + str(dp) + " is out of range [0, " + str(d.num_pages) + ")";
+    });
+    check_arg(destinations.insert(dp).second,
+              [&] { return "block_mapping[" + str(i) + "] writes dst page " + str(dp) + " a second time"; });
+    sources.insert(sp);
+    pairs[static_cast<std::size_t>(i)] = {sp, dp};
+  }
+  if (same_cache) {
+    for (std::int64_t p : destinations) {
+      check_arg(!sources.contains(p), [&] {
+        return "block_mapping uses page " + str(p) + " both as a source and as a destination of one cache";
+      });
+    }
+  }
+  return pairs;
+}
+
+// Runs of pairs whose source and destination pages both advance by one, per tensor.
+std::vector<detail::PageRun> page_runs(const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs,
+                                       const detail::KVCacheAccess& s, const detail::KVCacheAccess& d) {
+  const auto esize = static_cast<std::int64_t>(dtype_size(s.dtype));
+  const std::int64_t page_bytes = s.page_size * s.num_kv_heads * s.head_dim * esize;
+  std::vector<detail::PageRun> runs;
+  for (std::size_t i = 0; i < pairs.size();) {
+    std::size_t j = i + 1;
+    while (j < pairs.size() && pairs[j].first == pairs[j - 1].first + 1 && pairs[j].second == pairs[j - 1].second + 1) ++j;
+    for (auto [st, dt] : {std::pair{&s.k, &d.k}, std::pair{&s.v, &d.v}}) {
+      detail::PageRun r;
+      r.src = st->data + st->offset(pairs[i].first, 0, 0, 0) * esize;
+      r.dst = dt->data + dt->offset(pairs[i].second, 0, 0, 0) * esize;
+      r.src_pitch = st->page_stride * esize;
+      r.dst_pitch = dt->page_stride * esize;
+      r.bytes = page_bytes;
+      r.pages = static_cast<std::int64_t>(j - i);
+      runs.push_back(r);
+    }
+    i = j;
+  }
+  return runs;
+}
+
+}  // namespace
+
+void swap_blocks(const Context& ctx, const PagedKV& src, const PagedKV& dst, const TensorView& block_mapping) {
+  detail::require_backend(ctx, "swap_blocks");
+  check_devices(ctx, src, dst);
+  const detail::KVCacheAccess s = detail::resolve_cache(Context{src.k.device()}, src, "src");
+  const detail::KVCacheAccess d = detail::resolve_cache(Context{dst.k.device()}, dst, "dst");
+  check_geometry(src, dst, s, d);
+  const bool same_cache = s.k.data == d.k.data || s.v.data == d.v.data;
+  const std::vector<detail::PageRun> runs = page_runs(checked_mapping(block_mapping, s, d, same_cache), s, d);
+  if (runs.empty()) return;
+  if (ctx.device.type == DeviceType::kCUDA) {
+#if PAGEDATTN_WITH_CUDA
+    const cuda::ScopedDevice on_device(ctx.device.index);
+    cuda::copy_page_runs(runs, ctx.stream);
+#endif
+    return;
+  }
+  cpu::copy_page_runs(runs);
+}
+
+}  // namespace pagedattn

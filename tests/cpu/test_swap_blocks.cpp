@@ -1,0 +1,191 @@
+// swap_blocks between host caches: pages land byte for byte (runs of consecutive pages and
+// scattered ones, every layout, stacked caches, pools of different sizes, one cache onto
+// itself), untouched pages stay as they were, and every kind of bad argument is rejected with
+// nothing written.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pagedattn/config.h"
+#include "pagedattn/error.h"
+#include "pagedattn/ops.h"
+
+namespace pagedattn {
+namespace {
+
+// A host cache of `spec` whose K and V bytes are random (seeded), stacked [pages, 2, ...] or not.
+struct HostCache {
+  HostCache(const KVCacheSpec& s, unsigned seed, bool stacked = false) : spec(s), bytes(s.bytes_per_tensor()) {
+    std::mt19937 rng(seed);
+    mem.resize(static_cast<std::size_t>(2 * bytes));
+    for (auto& b : mem) b = static_cast<std::byte>(rng() & 0xff);
+    if (!stacked) {
+      kv = s.make_views(mem.data(), mem.data() + bytes);
+      return;
+    }
+    const TensorView all = s.layout == KVLayout::kNHD
+                               ? TensorView(mem.data(), s.dtype, {s.num_pages, 2, s.page_size, s.num_kv_heads, s.head_dim})
+                               : TensorView(mem.data(), s.dtype, {s.num_pages, 2, s.num_kv_heads, s.page_size, s.head_dim});
+    kv = PagedKV::from_stacked(all, s.layout);
+  }
+  // Bytes of page p of K (is_v false) or V, wherever the views put them.
+  std::vector<std::byte> page(std::int64_t p, bool is_v) const {
+    const TensorView& t = is_v ? kv.v : kv.k;
+    const auto esize = static_cast<std::int64_t>(dtype_size(spec.dtype));
+    const std::int64_t n = spec.page_size * spec.num_kv_heads * spec.head_dim * esize;
+    const auto* base = static_cast<const std::byte*>(t.data()) + p * t.stride(0) * esize;
+    return {base, base + n};
+  }
+  KVCacheSpec spec;
+  std::int64_t bytes;
+  std::vector<std::byte> mem;
+  PagedKV kv;
+};
+
+KVCacheSpec spec_of(KVLayout layout, DType dtype, std::int64_t pages) {
+  return {.layout = layout, .dtype = dtype, .num_pages = pages, .page_size = 5, .num_kv_heads = 3, .head_dim = 32};
+}
+
+struct Case {
+  KVLayout layout = KVLayout::kNHD;
+  DType dtype = DType::kBF16;
+  bool stacked = false;
+};
+
+class SwapBlocks : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SwapBlocks, CopiesThePagesAndNothingElse) {
+  const Case c = GetParam();
+  const HostCache src(spec_of(c.layout, c.dtype, 12), 1, c.stacked);
+  HostCache dst(spec_of(c.layout, c.dtype, 20), 2, c.stacked);
+  const HostCache before = dst;
+  // A run of four consecutive pages, a reversed pair and two scattered pages.
+  std::vector<std::int64_t> pairs = {3, 10, 4, 11, 5, 12, 6, 13, 9, 0, 8, 1, 0, 19, 11, 7};
+  const auto n = static_cast<std::int64_t>(pairs.size() / 2);
+  swap_blocks(Context::cpu(), src.kv, dst.kv, TensorView(pairs.data(), DType::kI64, {n, 2}));
+  std::vector<bool> written(20, false);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t s = pairs[static_cast<std::size_t>(2 * i)], d = pairs[static_cast<std::size_t>(2 * i + 1)];
+    written[static_cast<std::size_t>(d)] = true;
+    for (bool is_v : {false, true}) EXPECT_EQ(dst.page(d, is_v), src.page(s, is_v)) << "page " << s << " -> " << d;
+  }
+  for (std::int64_t p = 0; p < 20; ++p) {
+    if (written[static_cast<std::size_t>(p)]) continue;
+    for (bool is_v : {false, true}) EXPECT_EQ(dst.page(p, is_v), before.page(p, is_v)) << "untouched page " << p;
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kVllmSplit}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) out.push_back({layout, dtype, false});
+  }
+  out.push_back({KVLayout::kNHD, DType::kF16, true});
+  out.push_back({KVLayout::kHND, DType::kF8E5M2, true});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SwapBlocks, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return std::string(to_string(info.param.layout)) + "_" + std::string(to_string(info.param.dtype)) +
+         (info.param.stacked ? "_stacked" : "");
+});
+
+TEST(SwapBlocksWithinOneCache, MovesPagesBetweenItsOwnPages) {
+  HostCache cache(spec_of(KVLayout::kNHD, DType::kBF16, 8), 3);
+  const HostCache before = cache;
+  std::vector<std::int32_t> pairs = {0, 5, 1, 6};
+  swap_blocks(Context::cpu(), cache.kv, cache.kv, TensorView(pairs.data(), DType::kI32, {2, 2}));
+  EXPECT_EQ(cache.page(5, false), before.page(0, false));
+  EXPECT_EQ(cache.page(6, true), before.page(1, true));
+  EXPECT_EQ(cache.page(0, false), before.page(0, false));
+}
+
+// Every kind of bad argument: an Error naming it, and dst's bytes unchanged.
+TEST(SwapBlocksErrors, RejectsBadInputAndWritesNothing) {
+  const HostCache src(spec_of(KVLayout::kNHD, DType::kBF16, 6), 4);
+  std::vector<std::int64_t> good = {0, 1, 2, 3};
+  auto expect_rejected = [&](const PagedKV& s, HostCache& d, const TensorView& mapping, const Context& ctx,
+                             const std::string& needle) {
+    const std::vector<std::byte> before = d.mem;
+    try {
+      swap_blocks(ctx, s, d.kv, mapping);
+      ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(d.mem, before) << needle;
+  };
+  const TensorView good_map(good.data(), DType::kI64, {2, 2});
+  {
+    HostCache d(spec_of(KVLayout::kNHD, DType::kF16, 6), 5);
+    expect_rejected(src.kv, d, good_map, Context::cpu(), "dst has dtype f16 but src has bf16");
+  }
+  {
+    KVCacheSpec s = spec_of(KVLayout::kNHD, DType::kBF16, 6);
+    s.page_size = 4;
+    HostCache d(s, 5);
+    expect_rejected(src.kv, d, good_map, Context::cpu(), "dst has page_size 4 but src has 5");
+  }
+  {
+    KVCacheSpec s = spec_of(KVLayout::kNHD, DType::kBF16, 6);
+    s.num_kv_heads = 2;
+    HostCache d(s, 5);
+    expect_rejected(src.kv, d, good_map, Context::cpu(), "dst has num_kv_heads 2 but src has 3");
+  }
+  {
+    HostCache d(spec_of(KVLayout::kHND, DType::kBF16, 6), 5);
+    expect_rejected(src.kv, d, good_map, Context::cpu(), "dst has layout hnd but src has nhd");
+  }
+  HostCache d(spec_of(KVLayout::kNHD, DType::kBF16, 4), 5);
+  {
+    std::vector<std::int64_t> m = {6, 0};
+    expect_rejected(src.kv, d, TensorView(m.data(), DType::kI64, {1, 2}), Context::cpu(), "src page 6 is out of range [0, 6)");
+  }
+  {
+    std::vector<std::int64_t> m = {0, 4};
+    expect_rejected(src.kv, d, TensorView(m.data(), DType::kI64, {1, 2}), Context::cpu(), "dst page 4 is out of range [0, 4)");
+  }
+  {
+    std::vector<std::int64_t> m = {0, 1, 2, 1};
+    expect_rejected(src.kv, d, TensorView(m.data(), DType::kI64, {2, 2}), Context::cpu(), "writes dst page 1 a second time");
+  }
+  {
+    std::vector<std::int64_t> m = {0, 1, 2, 3};
+    expect_rejected(src.kv, d, TensorView(m.data(), DType::kI64, {4}), Context::cpu(), "block_mapping has rank 1");
+    expect_rejected(src.kv, d, TensorView(m.data(), DType::kI64, {1, 4}), Context::cpu(), "block_mapping dimension 1");
+    std::vector<float> f = {0, 1};
+    expect_rejected(src.kv, d, TensorView(f.data(), DType::kF32, {1, 2}), Context::cpu(), "block_mapping has dtype f32");
+  }
+  {
+    std::vector<std::int64_t> m = {0, 1, 1, 2};  // page 1 is both read and written within one cache
+    expect_rejected(d.kv, d, TensorView(m.data(), DType::kI64, {2, 2}), Context::cpu(), "both as a source and as a destination");
+  }
+  {
+    PagedKV no_v = src.kv;
+    no_v.v = TensorView();
+    expect_rejected(no_v, d, good_map, Context::cpu(), "src.v is required");
+  }
+  {
+    HostCache f8s(spec_of(KVLayout::kNHD, DType::kF8E4M3, 6), 6), f8d(spec_of(KVLayout::kNHD, DType::kF8E4M3, 6), 7);
+    f8d.kv.k_scale = 0.5f;
+    expect_rejected(f8s.kv, f8d, good_map, Context::cpu(), "different scales");
+  }
+  {
+    // Pages of K that are not one dense block: head rows 64 elements apart in a wider buffer.
+    std::vector<std::byte> wide(static_cast<std::size_t>(4 * src.bytes));
+    PagedKV sparse = src.kv;
+    sparse.k = TensorView(wide.data(), DType::kBF16, {6, 5, 3, 32}, {960, 192, 64, 1});
+    expect_rejected(sparse, d, good_map, Context::cpu(), "one dense block");
+  }
+  if (!kCudaBuilt) {
+    expect_rejected(src.kv, d, good_map, Context{Device::cuda(0)}, "built without CUDA");
+  } else {
+    expect_rejected(src.kv, d, good_map, Context{Device::cuda(0)}, "src and dst are in host memory but the op runs on cuda:0");
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn
