@@ -122,32 +122,47 @@ CaseFixture::CaseFixture(const AttentionCase& c) : c_(c), rng_(c.seed) {
 }
 
 void CaseFixture::run(const Context& ctx) {
-  const TensorView lse = c_.with_lse ? lse_.view : TensorView{};
+  if (ctx.device.type == DeviceType::kCUDA) return run_on_gpu(ctx);
+  const OpViews host = host_views();
+  run_op(ctx, host, host);
+}
+
+OpViews CaseFixture::host_views() {
+  OpViews v;
+  v.q = q_.view;
+  v.out = out_.view;
+  v.lse = c_.with_lse ? lse_.view : TensorView{};
+  v.qo_indptr = TensorView(qo_indptr_.data(), DType::kI32, {static_cast<std::int64_t>(qo_indptr_.size())});
+  v.seq_to_row = TensorView(seq_to_row_.data(), DType::kI32, {static_cast<std::int64_t>(seq_to_row_.size())});
+  v.kv = cache_->kv();
+  for (HostTable& t : tables_) v.tables.push_back(t.view());
+  v.params = params_;
+  return v;
+}
+
+void CaseFixture::run_op(const Context& ctx, const OpViews& v, const OpViews& host) const {
   switch (c_.op) {
-    case Op::kDecode:
-      decode(ctx, q_.view, cache_->kv(), tables_[0].view(), params_, out_.view, lse,
-             {DecodeVariant::kOnePass, 0});
+    case Op::kDecode: {
+      DecodeOptions options{DecodeVariant::kOnePass, 0, &host.tables[0]};
+      decode(ctx, v.q, v.kv, v.tables[0], v.params, v.out, v.lse, options);
       return;
+    }
     case Op::kDecodeSplitK: {
       // Small partitions so that most sequences split; every third seed leaves it to the planner.
       const std::int64_t ps = c_.page_size;
       const auto partition = static_cast<int>(ps * std::max<std::int64_t>(1, 40 / ps));
-      decode(ctx, q_.view, cache_->kv(), tables_[0].view(), params_, out_.view, lse,
-             {DecodeVariant::kSplitK, c_.seed % 3 == 0 ? 0 : partition});
+      DecodeOptions options{DecodeVariant::kSplitK, c_.seed % 3 == 0 ? 0 : partition, &host.tables[0]};
+      decode(ctx, v.q, v.kv, v.tables[0], v.params, v.out, v.lse, options);
       return;
     }
-    case Op::kPrefill: {
-      const TensorView indptr(qo_indptr_.data(), DType::kI32,
-                              {static_cast<std::int64_t>(qo_indptr_.size())});
-      prefill(ctx, q_.view, indptr, cache_->kv(), tables_[0].view(), params_, out_.view, lse);
+    case Op::kPrefill:
+      prefill(ctx, v.q, v.qo_indptr, v.kv, v.tables[0], v.params, v.out, v.lse,
+              PrefillOptions{&host.tables[0], host.qo_indptr});
       return;
-    }
     case Op::kCascade: {
-      const CascadeLevel levels[2] = {
-          {tables_[0].view(), TensorView(seq_to_row_.data(), DType::kI32,
-                                         {static_cast<std::int64_t>(seq_to_row_.size())})},
-          {tables_[1].view(), TensorView{}}};
-      cascade_decode(ctx, q_.view, cache_->kv(), levels, params_, out_.view, lse);
+      const CascadeLevel levels[2] = {{v.tables[0], v.seq_to_row}, {v.tables[1], TensorView{}}};
+      const CascadeLevel host_levels[2] = {{host.tables[0], host.seq_to_row}, {host.tables[1], TensorView{}}};
+      cascade_decode(ctx, v.q, v.kv, levels, v.params, v.out, v.lse, CascadeOptions{host_levels});
       return;
     }
   }

@@ -149,6 +149,14 @@ void reference_sequence(std::span<const double> q, std::int64_t n_q, const Dense
                         std::int64_t head_dim, const ReferenceParams& params,
                         std::span<double> out, std::span<double> lse);
 
+// The tensors one call of a case's op takes: the fixture's host ones, or device mirrors of them.
+struct OpViews {
+  TensorView q, out, lse, qo_indptr, seq_to_row;
+  PagedKV kv;
+  std::vector<PageTable> tables;  // one, or one per cascade level
+  AttentionParams params;
+};
+
 // One AttentionCase made concrete: cache, tables, queries, outputs and expected results.
 class CaseFixture {
  public:
@@ -157,6 +165,8 @@ class CaseFixture {
   CaseFixture& operator=(const CaseFixture&) = delete;
 
   // Runs the case's op on ctx into the (poisoned) output buffers; may throw pagedattn::Error.
+  // On a GPU it runs over device mirrors of the host data (case_on_gpu.cpp) and copies the
+  // outputs back.
   void run(const Context& ctx);
 
   std::vector<double> output() const { return read_values(out_.view); }
@@ -166,9 +176,14 @@ class CaseFixture {
   // Raw bytes of the output and LSE, for bit-exact determinism checks.
   std::vector<std::byte> result_bytes() const;
   bool padding_intact() const { return out_.padding_intact(); }
-  bool cache_intact() const { return cache_->snapshot() == cache_before_; }
+  bool cache_intact() const { return gpu_cache_intact_ && cache_->snapshot() == cache_before_; }
 
  private:
+  OpViews host_views();
+  // The op on ctx over `v`; `host` supplies the host copies the CUDA ops take in their options.
+  void run_op(const Context& ctx, const OpViews& v, const OpViews& host) const;
+  void run_on_gpu(const Context& ctx);
+
   AttentionCase c_;
   Rng rng_;
   std::unique_ptr<PagedCache> cache_;
@@ -180,6 +195,7 @@ class CaseFixture {
   AttentionParams params_;
   std::vector<double> expected_out_, expected_lse_;
   std::vector<std::byte> cache_before_;
+  bool gpu_cache_intact_ = true;  // the device mirror of the cache, after a GPU run
 };
 
 }  // namespace pagedattn::testing
