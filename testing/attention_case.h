@@ -57,6 +57,9 @@ struct CaseResult {
 // page sizes 1/3/16/32/128, head dims 64/80/128/256, group sizes 1/2/4/5/8, lengths 0, 1,
 // page_size +- 1, ragged batches, every variant and op. `quick` keeps a representative subset.
 std::vector<AttentionCase> standard_cases(bool quick = false);
+// `count` random cases (ops, layouts, dtypes, page sizes, any head_dim that is a multiple of 8,
+// group sizes, lengths, table formats, variants) from `seed`, sized like the table's.
+std::vector<AttentionCase> random_cases(int count, std::uint64_t seed);
 
 // Runs the case through the library on ctx (fast implementation unless ctx says otherwise)
 // and compares with the dense double reference using the dtype's tolerance.

@@ -277,9 +277,10 @@ void cascade_group(Table& t) {
   }
 }
 
-// Random combinations, bounded so that no case costs much more than the others.
-void random_group(Table& t, int count) {
-  Rng rng(20240611);
+// Random combinations, bounded so that no case costs much more than the others. any_head_dim:
+// every multiple of 8 up to 256 instead of the table's four head dims.
+void random_group(Table& t, int count, std::uint64_t seed = 20240611, bool any_head_dim = false) {
+  Rng rng(seed);
   for (int n = 0; n < count; ++n) {
     AttentionCase c;
     c.op = static_cast<Op>(rng.integer(0, 3));
@@ -288,6 +289,11 @@ void random_group(Table& t, int count) {
     c.q_dtype = pick(kQTypes, static_cast<std::size_t>(rng.integer(0, 2)));
     c.page_size = pick(kPageSizes, static_cast<std::size_t>(rng.integer(0, 4)));
     c.head_dim = pick(kHeadDims, static_cast<std::size_t>(rng.integer(0, 3)));
+    if (any_head_dim) {
+      c.head_dim = 8 * rng.integer(1, 32);
+      // vLLM's split K holds x = 16 bytes of dims per chunk: fp8 head dims are multiples of 16.
+      if (c.layout == KVLayout::kVllmSplit && is_fp8(c.kv_dtype) && c.head_dim % 16 != 0) c.head_dim += 8;
+    }
     c.num_kv_heads = rng.integer(1, 3);
     c.num_q_heads = c.num_kv_heads * pick(kGroups, static_cast<std::size_t>(rng.integer(0, 4)));
     const std::int64_t ps = c.page_size;
@@ -411,6 +417,12 @@ std::vector<AttentionCase> standard_cases(bool quick) {
   random_group(t, 120);
   bf16_decode_group(t);
   bf16_prefill_group(t);
+  return t.take();
+}
+
+std::vector<AttentionCase> random_cases(int count, std::uint64_t seed) {
+  Table t(false);
+  random_group(t, count, seed, true);
   return t.take();
 }
 

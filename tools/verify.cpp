@@ -18,6 +18,8 @@ struct VerifyOptions {
   int threads = 0;
   bool quick = false;
   std::string filter;
+  int random = 0;  // > 0: that many random cases instead of the table
+  std::uint64_t seed = 1;
 };
 
 constexpr std::size_t kMaxDescription = 72;
@@ -38,7 +40,7 @@ int run_verify(const VerifyOptions& o) {
   // mirrors of them (testing/case_on_gpu.cpp) against the same reference.
 
   std::vector<testing::AttentionCase> cases;
-  for (testing::AttentionCase& c : testing::standard_cases(o.quick)) {
+  for (testing::AttentionCase& c : o.random > 0 ? testing::random_cases(o.random, o.seed) : testing::standard_cases(o.quick)) {
     // Names are group names ("layout-dtype", "variant", ...); the description has the shapes.
     const bool match = o.filter.empty() || c.name.find(o.filter) != std::string::npos ||
                        testing::describe(c).find(o.filter) != std::string::npos;
@@ -79,8 +81,10 @@ int run_verify(const VerifyOptions& o) {
     for (const std::string& f : failures) fmt::print("  {}\n", f);
   }
   const int failed = static_cast<int>(cases.size()) - passed;
-  fmt::print("\n{} passed, {} failed ({} on {}{})\n", passed, failed,
-             o.quick ? "quick table" : "full table", o.device,
+  const std::string what = o.random > 0 ? fmt::format("{} random cases, seed {}", o.random, o.seed)
+                           : o.quick      ? "quick table"
+                                          : "full table";
+  fmt::print("\n{} passed, {} failed ({} on {}{})\n", passed, failed, what, o.device,
              o.filter.empty() ? "" : fmt::format(", filter '{}'", o.filter));
   return failed == 0 ? 0 : 1;
 }
@@ -94,6 +98,9 @@ void add_verify_command(CLI::App& app, Action& action) {
   add_device_option(*cmd, o->device);
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--quick", o->quick, "Run the representative subset of the case table");
+  cmd->add_option("--random", o->random, "Run this many random cases (any head_dim, every op, layout and dtype) instead of the table")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--seed", o->seed, "Seed of --random's cases")->capture_default_str();
   cmd->add_option("--filter", o->filter,
                   "Only cases whose group or description contains this text (e.g. vllm, fp8, prefill)");
   cmd->callback([&action, o] { action = [o] { return run_verify(*o); }; });
