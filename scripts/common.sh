@@ -10,7 +10,7 @@ JOBS="${PAGEDATTN_JOBS:-2}"
 # keep builds short; a by-hand build defaults to sm_80, sm_89 and sm_90.
 CUDA_ARCHS="${PAGEDATTN_CUDA_ARCHS:-90}"
 PACKAGES=(build-essential cmake ninja-build libhwy-dev libcli11-dev nlohmann-json3-dev
-          libfmt-dev libgtest-dev googletest)
+          libfmt-dev libgtest-dev googletest libdlpack-dev)
 
 log() { printf '\n==> %s\n' "$*"; }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include "pagedattn/dtype.h"
@@ -37,6 +38,9 @@ class TensorView {
   // A strided view; `strides` in elements, same length as `shape`.
   TensorView(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
              std::initializer_list<std::int64_t> strides, Device device = Device::cpu());
+  // The same with a rank known at run time (at most kMaxRank).
+  TensorView(void* data, DType dtype, std::span<const std::int64_t> shape, std::span<const std::int64_t> strides,
+             Device device = Device::cpu());
 
   bool defined() const { return data_ != nullptr || rank_ > 0; }
   void* data() const { return data_; }

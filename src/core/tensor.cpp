@@ -57,6 +57,20 @@ TensorView::TensorView(void* data, DType dtype, std::initializer_list<std::int64
   std::copy(strides.begin(), strides.end(), strides_.begin());
 }
 
+TensorView::TensorView(void* data, DType dtype, std::span<const std::int64_t> shape,
+                       std::span<const std::int64_t> strides, Device device)
+    : data_(data), dtype_(dtype), device_(device), rank_(static_cast<int>(shape.size())) {
+  check_arg(rank_ <= kMaxRank, [&] {
+    return "tensor rank " + std::to_string(rank_) + " exceeds the maximum " + std::to_string(kMaxRank);
+  });
+  check_arg(strides.size() == shape.size(), [&] {
+    return "tensor has " + std::to_string(shape.size()) + " dimensions but " + std::to_string(strides.size()) +
+           " strides";
+  });
+  std::copy(shape.begin(), shape.end(), shape_.begin());
+  std::copy(strides.begin(), strides.end(), strides_.begin());
+}
+
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;
   for (int d = 0; d < rank_; ++d) n *= shape_[static_cast<std::size_t>(d)];
