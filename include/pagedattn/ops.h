@@ -18,6 +18,7 @@
 // merge_states.
 #pragma once
 
+#include <cstddef>
 #include <span>
 
 #include "pagedattn/attention_params.h"
@@ -111,6 +112,15 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
             const AttentionParams& params, const TensorView& out, const TensorView& lse = {},
             const DecodeOptions& options = {});
 
+// Workspace queries: the bytes of ctx.workspace the op needs for these same arguments (validated
+// as the op validates them), 0 on the CPU and wherever the op needs none; allocate that much
+// once and a captured CUDA graph of the op never allocates. decode's is the plain path's (split-K
+// partial states): decode turns itself into a cascade only when a given workspace also holds the
+// cascade's, and never while the stream is being captured.
+std::size_t decode_workspace_bytes(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                                   const PageTable& table, const AttentionParams& params, const TensorView& out,
+                                   const TensorView& lse = {}, const DecodeOptions& options = {});
+
 struct PrefillOptions {
   // CUDA: host copies of `table` and `qo_indptr` (same formats and shapes). The op validates
   // them and sizes its launch from them, so it never reads device memory from the host (no
@@ -126,6 +136,10 @@ struct PrefillOptions {
 void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
              const PagedKV& cache, const PageTable& table, const AttentionParams& params,
              const TensorView& out, const TensorView& lse = {}, const PrefillOptions& options = {});
+std::size_t prefill_workspace_bytes(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
+                                    const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+                                    const TensorView& out, const TensorView& lse = {},
+                                    const PrefillOptions& options = {});
 
 // Cascade decode: each sequence's KV is the concatenation, level by level, of one row of each
 // level's page table. seq_to_row: i32 [num_seqs] naming the row of `table` this sequence uses
@@ -150,6 +164,10 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
                     std::span<const CascadeLevel> levels, const AttentionParams& params,
                     const TensorView& out, const TensorView& lse = {},
                     const CascadeOptions& options = {});
+std::size_t cascade_decode_workspace_bytes(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                                           std::span<const CascadeLevel> levels, const AttentionParams& params,
+                                           const TensorView& out, const TensorView& lse = {},
+                                           const CascadeOptions& options = {});
 
 // ---- attention states ----------------------------------------------------------------------
 

@@ -59,19 +59,31 @@ bool cascade_candidate(const Context& ctx, const detail::AttentionProblem& p, co
 
 }  // namespace
 
-void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
-            const AttentionParams& params, const TensorView& out, const TensorView& lse,
-            const DecodeOptions& options) {
+namespace {
+
+// decode's arguments, validated: the problem over the validated host table and, on CUDA, the
+// device table checked against it.
+struct DecodeCall {
+  detail::AttentionProblem p;
+  detail::PageTableAccess host_access, device_access;
+  bool on_gpu = false;
+};
+
+DecodeCall resolve_decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
+                          const AttentionParams& params, const TensorView& out, const TensorView& lse,
+                          const DecodeOptions& options) {
   detail::require_backend(ctx, "decode");
   check_arg(q.rank() >= 1, "q has rank 0, expected 3 [num_seqs, num_q_heads, head_dim]");
-  const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
-  check_arg(!on_gpu || options.host_table != nullptr, [&] {
+  DecodeCall c;
+  c.on_gpu = ctx.device.type == DeviceType::kCUDA;
+  check_arg(!c.on_gpu || options.host_table != nullptr, [&] {
     return "options.host_table is required on CUDA: a host copy of the page table, used to "
            "validate it and plan the launch without reading GPU memory";
   });
   // The table whose values are checked and searched: the host copy on CUDA.
-  const PageTable& checked_table = on_gpu ? *options.host_table : table;
-  detail::AttentionProblem p = resolve_common(ctx, q, cache, checked_table, params, out, lse, q.size(0));
+  const PageTable& checked_table = c.on_gpu ? *options.host_table : table;
+  detail::AttentionProblem& p = c.p;
+  p = resolve_common(ctx, q, cache, checked_table, params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
   check_arg(q.size(0) == p.num_seqs, [&] {
     return "q has " + std::to_string(q.size(0)) + " sequences but the page table has " + std::to_string(p.num_seqs);
@@ -86,9 +98,30 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
            ", expected >= 0";
   });
   // The device table is checked against its host copy before either path runs.
-  [[maybe_unused]] const detail::PageTableAccess host_access = p.table;
-  [[maybe_unused]] const detail::PageTableAccess device_access =
-      on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
+  c.host_access = p.table;
+  c.device_access = c.on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
+  return c;
+}
+
+#if PAGEDATTN_WITH_CUDA
+// The plain (not cascaded) CUDA decode of a resolved call: its plan, from the host lengths, and
+// the problem over the device table.
+cuda::DecodePlan plan_plain(DecodeCall& c, const DecodeOptions& options, int device) {
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(c.p.num_seqs));
+  for (std::int64_t s = 0; s < c.p.num_seqs; ++s) lengths[static_cast<std::size_t>(s)] = c.host_access.row(s).kv_len;
+  c.p.table = c.device_access;  // the kernels read the device table
+  return cuda::plan_decode(c.p, lengths.data(), options, device);
+}
+#endif
+
+}  // namespace
+
+void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
+            const AttentionParams& params, const TensorView& out, const TensorView& lse,
+            const DecodeOptions& options) {
+  DecodeCall c = resolve_decode(ctx, q, cache, table, params, out, lse, options);
+  const detail::AttentionProblem& p = c.p;
+  const bool on_gpu = c.on_gpu;
 #if PAGEDATTN_WITH_CUDA
   std::optional<cuda::ScopedDevice> on_device;
   if (on_gpu) on_device.emplace(ctx.device.index);
@@ -111,11 +144,8 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   }
   if (on_gpu) {
 #if PAGEDATTN_WITH_CUDA
-    std::vector<std::int64_t> lengths(static_cast<std::size_t>(p.num_seqs));
-    for (std::int64_t s = 0; s < p.num_seqs; ++s) lengths[static_cast<std::size_t>(s)] = host_access.row(s).kv_len;
-    p.table = device_access;  // the kernels read the device table
-    const cuda::DecodePlan plan = cuda::plan_decode(p, lengths.data(), options, ctx.device.index);
-    cuda::decode(p, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
+    const cuda::DecodePlan plan = plan_plain(c, options, ctx.device.index);
+    cuda::decode(c.p, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
 #endif
     return;
   }
@@ -123,19 +153,43 @@ void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const
   cpu::decode(p, options, ctx.num_threads);
 }
 
-void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
-             const PagedKV& cache, const PageTable& table, const AttentionParams& params,
-             const TensorView& out, const TensorView& lse, const PrefillOptions& options) {
+std::size_t decode_workspace_bytes(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                                   const PageTable& table, const AttentionParams& params, const TensorView& out,
+                                   const TensorView& lse, const DecodeOptions& options) {
+  DecodeCall c = resolve_decode(ctx, q, cache, table, params, out, lse, options);
+  if (!c.on_gpu) return 0;
+#if PAGEDATTN_WITH_CUDA
+  const cuda::ScopedDevice on_device(ctx.device.index);
+  return plan_plain(c, options, ctx.device.index).workspace_bytes;
+#else
+  return 0;
+#endif
+}
+
+namespace {
+
+// prefill's arguments, validated: the problem (on CUDA over the device table and qo_indptr) and
+// the most queries of one sequence.
+struct PrefillCall {
+  detail::AttentionProblem p;
+  std::int64_t max_q = 0;
+  bool on_gpu = false;
+};
+
+PrefillCall resolve_prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
+                            const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+                            const TensorView& out, const TensorView& lse, const PrefillOptions& options) {
   detail::require_backend(ctx, "prefill");
   check_arg(q.rank() >= 1, "q has rank 0, expected 3 [total_q, num_q_heads, head_dim]");
-  const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
+  PrefillCall c;
+  const bool on_gpu = c.on_gpu = ctx.device.type == DeviceType::kCUDA;
   check_arg(!on_gpu || (options.host_table != nullptr && options.host_qo_indptr.defined()), [&] {
     return "options.host_table and options.host_qo_indptr are required on CUDA: host copies of the "
            "page table and of qo_indptr, used to validate them and size the launch without reading "
            "GPU memory";
   });
-  detail::AttentionProblem p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table,
-                                              params, out, lse, q.size(0));
+  detail::AttentionProblem& p = c.p;
+  p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table, params, out, lse, q.size(0));
   p.num_seqs = p.table.num_rows;
   // qo_indptr is checked on the host: the CPU op's own tensor, or the CUDA op's host copy.
   const TensorView& host_indptr = on_gpu ? options.host_qo_indptr : qo_indptr;
@@ -145,7 +199,6 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
   check_arg(host_indptr.is_contiguous(), [&] { return indptr_name + " must be contiguous"; });
   const auto* indptr = host_indptr.data_as<const std::int32_t>();
   check_arg(indptr[0] == 0, [&] { return indptr_name + "[0] is " + std::to_string(indptr[0]) + ", expected 0"; });
-  std::int64_t max_q = 0;
   for (std::int64_t s = 0; s < p.num_seqs; ++s) {
     const std::int64_t n_q = indptr[s + 1] - indptr[s];
     check_arg(n_q >= 0, [&] {
@@ -156,33 +209,59 @@ void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indpt
       return "sequence " + std::to_string(s) + " has " + std::to_string(n_q) + " queries but only " +
           std::to_string(kv_len) + " tokens of KV (queries must already be in the cache)";
     });
-    max_q = std::max(max_q, n_q);
+    c.max_q = std::max(c.max_q, n_q);
   }
   check_arg(indptr[p.num_seqs] == q.size(0), [&] {
     return indptr_name + "[num_seqs] is " + std::to_string(indptr[p.num_seqs]) + " but q has " +
            std::to_string(q.size(0)) + " tokens";
   });
-  if (on_gpu) {
+  if (!on_gpu) {
+    p.qo_indptr = indptr;
+    return c;
+  }
+  detail::check_tensor(ctx, qo_indptr, "qo_indptr", {DType::kI32}, 1);
+  detail::check_dim(qo_indptr, "qo_indptr", 0, p.num_seqs + 1, "as in the host copy");
+  check_arg(qo_indptr.is_contiguous(), "qo_indptr must be contiguous");
+  p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
+  p.qo_indptr = qo_indptr.data_as<const std::int32_t>();
+  return c;
+}
+
+}  // namespace
+
+void prefill(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
+             const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+             const TensorView& out, const TensorView& lse, const PrefillOptions& options) {
+  const PrefillCall c = resolve_prefill(ctx, q, qo_indptr, cache, table, params, out, lse, options);
+  if (c.on_gpu) {
 #if PAGEDATTN_WITH_CUDA
-    detail::check_tensor(ctx, qo_indptr, "qo_indptr", {DType::kI32}, 1);
-    detail::check_dim(qo_indptr, "qo_indptr", 0, p.num_seqs + 1, "as in the host copy");
-    check_arg(qo_indptr.is_contiguous(), "qo_indptr must be contiguous");
-    p.table = detail::resolve_device_table(ctx, table, *options.host_table, p.table);
-    p.qo_indptr = qo_indptr.data_as<const std::int32_t>();
     const cuda::ScopedDevice on_device(ctx.device.index);
     // What the tensor-core kernels do not take (f32 q, mixed 16-bit dtypes, odd strides) runs
     // as one CUDA-core decode row per query token.
-    if (cuda::prefill_unsupported_on(p, ctx.device.index).empty()) {
-      cuda::prefill(p, max_q, ctx.stream);
+    if (cuda::prefill_unsupported_on(c.p, ctx.device.index).empty()) {
+      cuda::prefill(c.p, c.max_q, ctx.stream);
     } else {
-      cuda::prefill_by_rows(p, q.size(0), ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
+      cuda::prefill_by_rows(c.p, q.size(0), ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
     }
 #endif
     return;
   }
-  p.qo_indptr = indptr;
-  if (ctx.implementation == Implementation::kReference) return cpu::reference_attention(p);
-  cpu::prefill(p, ctx.num_threads);
+  if (ctx.implementation == Implementation::kReference) return cpu::reference_attention(c.p);
+  cpu::prefill(c.p, ctx.num_threads);
+}
+
+std::size_t prefill_workspace_bytes(const Context& ctx, const TensorView& q, const TensorView& qo_indptr,
+                                    const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+                                    const TensorView& out, const TensorView& lse, const PrefillOptions& options) {
+  const PrefillCall c = resolve_prefill(ctx, q, qo_indptr, cache, table, params, out, lse, options);
+  if (!c.on_gpu) return 0;
+#if PAGEDATTN_WITH_CUDA
+  const cuda::ScopedDevice on_device(ctx.device.index);
+  if (cuda::prefill_unsupported_on(c.p, ctx.device.index).empty()) return 0;
+  return cuda::prefill_by_rows_workspace_bytes(c.p, q.size(0));
+#else
+  return 0;
+#endif
 }
 
 }  // namespace pagedattn

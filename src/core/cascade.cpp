@@ -104,15 +104,20 @@ void run_level(const Context& ctx, const AttentionProblem& base, const LevelPlan
   }
 }
 #if PAGEDATTN_WITH_CUDA
-// The device levels, checked against their validated host copies, then the CUDA cascade.
-void run_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<const CascadeLevel> levels,
-                std::span<const CascadeLevel> host_levels, const std::vector<LevelPlan>& plans) {
-  const cuda::ScopedDevice on_device(ctx.device.index);
+// The device levels, checked against their validated host copies, and the CUDA cascade's plan.
+struct GpuCascade {
+  std::vector<cuda::CascadeLevelDesc> descs;
+  cuda::CascadePlan plan;
+};
+
+GpuCascade plan_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<const CascadeLevel> levels,
+                       std::span<const CascadeLevel> host_levels, const std::vector<LevelPlan>& plans) {
   const std::int64_t S = base.num_seqs;
-  std::vector<cuda::CascadeLevelDesc> descs(levels.size());
+  GpuCascade g;
+  g.descs.resize(levels.size());
   for (std::size_t l = 0; l < levels.size(); ++l) {
     const std::string name = "levels[" + std::to_string(l) + "]";
-    cuda::CascadeLevelDesc& d = descs[l];
+    cuda::CascadeLevelDesc& d = g.descs[l];
     d.table = detail::resolve_device_table(ctx, levels[l].table, host_levels[l].table, plans[l].table,
                                            name + ".table");
     const TensorView& map = levels[l].seq_to_row;
@@ -126,31 +131,44 @@ void run_on_gpu(const Context& ctx, const AttentionProblem& base, std::span<cons
     }
     cuda::describe_level(plans[l].table, plans[l].seq_to_row.data(), S, d);
   }
-  const cuda::CascadePlan plan = cuda::plan_cascade(base, descs, ctx.device.index);
-  cuda::cascade_decode(base, descs, plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
+  g.plan = cuda::plan_cascade(base, g.descs, ctx.device.index);
+  return g;
 }
 #endif
 
 }  // namespace
 
-void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cache,
-                    std::span<const CascadeLevel> levels, const AttentionParams& params,
-                    const TensorView& out, const TensorView& lse, const CascadeOptions& options) {
+namespace {
+
+// cascade_decode's arguments, validated: the base problem and each level's validated host table
+// and row map.
+struct CascadeCall {
+  AttentionProblem base;
+  std::vector<LevelPlan> plans;
+  std::span<const CascadeLevel> checked;  // the levels whose values were checked (host copies on CUDA)
+  std::vector<std::int64_t> total;        // each sequence's KV over all levels
+  bool on_gpu = false;
+};
+
+CascadeCall resolve_cascade(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                            std::span<const CascadeLevel> levels, const AttentionParams& params,
+                            const TensorView& out, const TensorView& lse, const CascadeOptions& options) {
+  CascadeCall call;
   detail::require_backend(ctx, "cascade_decode");
   check_arg(!levels.empty(), "levels is empty: cascade_decode needs at least one level");
-  const bool on_gpu = ctx.device.type == DeviceType::kCUDA;
+  const bool on_gpu = call.on_gpu = ctx.device.type == DeviceType::kCUDA;
   check_arg(!on_gpu || options.host_levels.size() == levels.size(), [&] {
     return "options.host_levels is required on CUDA: host copies of the " + std::to_string(levels.size()) +
            " levels (got " + std::to_string(options.host_levels.size()) +
            "), used to validate them and plan the launches without reading GPU memory";
   });
   // The levels whose values are checked: the host copies on CUDA.
-  const std::span<const CascadeLevel> checked = on_gpu ? options.host_levels : levels;
+  const std::span<const CascadeLevel> checked = call.checked = on_gpu ? options.host_levels : levels;
   const Context host = Context::cpu();
   check_arg(q.rank() == 3, [&] {
     return "q has rank " + std::to_string(q.rank()) + ", expected 3 [num_seqs, num_q_heads, head_dim]";
   });
-  AttentionProblem base;
+  AttentionProblem& base = call.base;
   base.kv = detail::resolve_cache(ctx, cache);
   base.num_seqs = q.size(0);
   base.num_q_heads = q.size(1);
@@ -161,8 +179,10 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
   base.variant = detail::resolve_variant(ctx, params, base.num_q_heads, base.head_dim);
 
   const std::int64_t S = base.num_seqs;
-  std::vector<LevelPlan> plans(levels.size());
-  std::vector<std::int64_t> total(static_cast<std::size_t>(S), 0);
+  std::vector<LevelPlan>& plans = call.plans;
+  plans.resize(levels.size());
+  std::vector<std::int64_t>& total = call.total;
+  total.assign(static_cast<std::size_t>(S), 0);
   for (std::size_t l = 0; l < levels.size(); ++l) {
     const std::string name = "levels[" + std::to_string(l) + "]";
     LevelPlan& plan = plans[l];
@@ -189,9 +209,24 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
     }
   }
 
-  if (on_gpu) {
+  return call;
+}
+
+}  // namespace
+
+void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                    std::span<const CascadeLevel> levels, const AttentionParams& params,
+                    const TensorView& out, const TensorView& lse, const CascadeOptions& options) {
+  const CascadeCall call = resolve_cascade(ctx, q, cache, levels, params, out, lse, options);
+  const AttentionProblem& base = call.base;
+  const std::vector<LevelPlan>& plans = call.plans;
+  const std::vector<std::int64_t>& total = call.total;
+  const std::int64_t S = base.num_seqs;
+  if (call.on_gpu) {
 #if PAGEDATTN_WITH_CUDA
-    run_on_gpu(ctx, base, levels, checked, plans);
+    const cuda::ScopedDevice on_device(ctx.device.index);
+    const GpuCascade g = plan_on_gpu(ctx, base, levels, call.checked, plans);
+    cuda::cascade_decode(base, g.descs, g.plan, ctx.workspace.data(), ctx.workspace.size(), ctx.stream);
 #endif
     return;
   }
@@ -216,6 +251,20 @@ void cascade_decode(const Context& ctx, const TensorView& q, const PagedKV& cach
                                    base.qo.out_head_stride, base.qo.lse, base.qo.lse_token_stride,
                                    base.qo.lse_head_stride};
   cpu::merge_states(states, final_state, base.variant.sinks, S, Hq, D, ctx.num_threads);
+}
+
+std::size_t cascade_decode_workspace_bytes(const Context& ctx, const TensorView& q, const PagedKV& cache,
+                                           std::span<const CascadeLevel> levels, const AttentionParams& params,
+                                           const TensorView& out, const TensorView& lse,
+                                           const CascadeOptions& options) {
+  const CascadeCall call = resolve_cascade(ctx, q, cache, levels, params, out, lse, options);
+  if (!call.on_gpu) return 0;
+#if PAGEDATTN_WITH_CUDA
+  const cuda::ScopedDevice on_device(ctx.device.index);
+  return plan_on_gpu(ctx, call.base, levels, call.checked, call.plans).plan.workspace_bytes;
+#else
+  return 0;
+#endif
 }
 
 }  // namespace pagedattn

@@ -51,5 +51,7 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
 // the stream.
 void prefill_by_rows(const detail::AttentionProblem& p, std::int64_t total_q, void* workspace,
                      std::size_t workspace_bytes, void* stream);
+// The workspace prefill_by_rows needs for p and total_q tokens.
+std::size_t prefill_by_rows_workspace_bytes(const detail::AttentionProblem& p, std::int64_t total_q);
 
 }  // namespace pagedattn::cuda

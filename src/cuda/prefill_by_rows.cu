@@ -34,6 +34,12 @@ __global__ void query_rows_kernel(const __grid_constant__ detail::AttentionProbl
 
 }  // namespace
 
+std::size_t prefill_by_rows_workspace_bytes(const detail::AttentionProblem& p, std::int64_t total_q) {
+  if (p.num_seqs == 0 || total_q == 0) return 0;
+  const bool key_offsets = p.key_pos_offset != nullptr;
+  return static_cast<std::size_t>(total_q) * (sizeof(std::int64_t) * (key_offsets ? 2 : 1) + sizeof(std::int32_t));
+}
+
 void prefill_by_rows(const detail::AttentionProblem& p, std::int64_t total_q, void* workspace,
                      std::size_t workspace_bytes, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
@@ -41,8 +47,7 @@ void prefill_by_rows(const detail::AttentionProblem& p, std::int64_t total_q, vo
   check_supported(p.num_seqs <= 0x7fffffff, "prefill on CUDA supports at most 2^31 - 1 sequences per call");
   const bool key_offsets = p.key_pos_offset != nullptr;
   const auto n = static_cast<std::size_t>(total_q);
-  const std::size_t need = n * (sizeof(std::int64_t) * (key_offsets ? 2 : 1) + sizeof(std::int32_t));
-  const Workspace scratch(need, workspace, workspace_bytes, stream, "prefill");
+  const Workspace scratch(prefill_by_rows_workspace_bytes(p, total_q), workspace, workspace_bytes, stream, "prefill");
   auto* query_end = reinterpret_cast<std::int64_t*>(scratch.get());
   std::int64_t* key_offset = key_offsets ? query_end + n : nullptr;
   auto* rows = reinterpret_cast<std::int32_t*>(query_end + n * (key_offsets ? 2 : 1));

@@ -274,6 +274,43 @@ TEST(CudaCascade, DeepNestingFallsBackToPlainDecode) {
 // the lengths change within the plan's bounds (all read on the device). A decode captured
 // while sharing is present runs plain (the sharing of a replay is unknown) and stays correct
 // after the sharing changes.
+// cascade_decode_workspace_bytes: a forked batch's cascade needs its levels' partial states;
+// exactly that many bytes of ctx.workspace run it, fewer are rejected, the CPU needs none.
+TEST(CudaCascadeWorkspace, QueryGivesWhatTheOpNeeds) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c = forked();
+  HostProblem h = test::build(c, 12);
+  apply_shares(c, h);
+  const AttentionParams host_params = test::params_of(c, h);
+  DeviceProblem d = test::to_device(h, host_params);
+  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
+  CascadeLayout layout = find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0});
+  const std::vector<CascadeLevel> host_levels = layout.views();
+  DeviceLevels dev = to_device(host_levels);
+  DeviceBuffer out(static_cast<std::size_t>(S * Hq * D) * 2);
+  const TensorView out_view(out.get(), DType::kBF16, {S, Hq, D}, Device::cuda(0));
+  Context ctx{Device::cuda(0)};
+  const std::size_t need =
+      cascade_decode_workspace_bytes(ctx, d.q.view, d.cache, dev.levels, d.params, out_view, {}, CascadeOptions{host_levels});
+  EXPECT_GT(need, 0u);
+  DeviceBuffer scratch(need);
+  ctx.workspace = {static_cast<std::byte*>(scratch.get()), need};
+  cascade_decode(ctx, d.q.view, d.cache, dev.levels, d.params, out_view, {}, CascadeOptions{host_levels});
+  test::cuda_ok(cudaDeviceSynchronize(), "cascade_decode");
+  std::vector<std::byte> want(out.bytes());
+  cascade_decode(reference(), h.q_view, h.cache, layout.views(), host_params, TensorView(want.data(), DType::kBF16, {S, Hq, D}));
+  test::expect_close(test::to_floats(out.snapshot(), DType::kBF16), test::to_floats(want, DType::kBF16),
+                     test::tolerance(DType::kBF16), "with exactly the queried workspace");
+  ctx.workspace = {static_cast<std::byte*>(scratch.get()), need - 16};
+  test::expect_error_then_sync(
+      [&] { cascade_decode(ctx, d.q.view, d.cache, dev.levels, d.params, out_view, {}, CascadeOptions{host_levels}); },
+      "ctx.workspace has");
+  std::vector<std::byte> host_out(out.bytes());
+  EXPECT_EQ(cascade_decode_workspace_bytes(Context::cpu(), h.q_view, h.cache, layout.views(), host_params,
+                                           TensorView(host_out.data(), DType::kBF16, {S, Hq, D})),
+            0u);
+}
+
 TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c = forked();

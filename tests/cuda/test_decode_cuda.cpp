@@ -222,6 +222,43 @@ TEST(CudaDecodeErrors, RejectsBadInputAndWritesNothing) {
 
 // A decode captured once in a CUDA graph replays correctly after the lengths change (within
 // the bounds it was planned for): the kernels read lengths from device memory.
+// decode_workspace_bytes: a split plan needs its f32 partial states; exactly that many bytes of
+// ctx.workspace run the op, fewer are rejected before anything runs, and a one-pass plan and
+// the CPU need none.
+TEST(CudaDecodeWorkspace, QueryGivesWhatTheOpNeeds) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c;
+  c.lens = {300, 1000, 17};
+  HostProblem h = build(c, 9);
+  const AttentionParams host_params = params_of(c, h);
+  const std::int64_t S = 3, Hq = c.num_q_heads, D = c.head_dim;
+  const PageTable host_table = h.table();
+  DeviceProblem d = to_device(h, host_params);
+  const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * dtype_size(c.q);
+  DeviceBuffer out(out_bytes);
+  const TensorView out_view(out.get(), c.q, {S, Hq, D}, Device::cuda(0));
+  const Context gpu{Device::cuda(0)};
+  const DecodeOptions split{DecodeVariant::kSplitK, 64, &host_table};
+  const std::size_t need = decode_workspace_bytes(gpu, d.q.view, d.cache, d.table, d.params, out_view, {}, split);
+  // 1000 tokens in 64-token partitions: 16 splits of every head's f32 output and LSE.
+  EXPECT_EQ(need, static_cast<std::size_t>(S * 16 * Hq * (D + 1)) * sizeof(float));
+  EXPECT_EQ(decode_workspace_bytes(gpu, d.q.view, d.cache, d.table, d.params, out_view, {},
+                                   DecodeOptions{DecodeVariant::kOnePass, 0, &host_table}),
+            0u);
+  DeviceBuffer scratch(need);
+  Context ctx = gpu;
+  ctx.workspace = {static_cast<std::byte*>(scratch.get()), need};
+  decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, split);
+  test::cuda_ok(cudaDeviceSynchronize(), "decode");
+  ctx.workspace = {static_cast<std::byte*>(scratch.get()), need - 16};
+  test::expect_error_then_sync([&] { decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, split); },
+                               "ctx.workspace has");
+  std::vector<std::byte> host_out(out_bytes);
+  EXPECT_EQ(decode_workspace_bytes(Context::cpu(), h.q_view, h.cache, host_table, host_params,
+                                   TensorView(host_out.data(), c.q, {S, Hq, D})),
+            0u);
+}
+
 TEST(CudaDecodeGraph, ReplaysWithNewLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;

@@ -336,34 +336,68 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   }
 }
 
-// Missing host copies and problems the kernel does not cover are rejected before anything runs.
+// Two sequences of 40 and 70 tokens of KV with 10 and 20 queries of case c's kind, on the GPU.
+struct SmallPrefill {
+  explicit SmallPrefill(Case c_in)
+      : c(with_lens(std::move(c_in))),
+        h(test::build(c, 5, 30)),
+        host_params(test::params_of(c, h)),
+        d(test::to_device(h, host_params)),
+        host_indptr(indptr.data(), DType::kI32, {3}),
+        dev_indptr(test::mirror(host_indptr)),
+        out(static_cast<std::size_t>(30 * c.num_q_heads * c.head_dim) * dtype_size(c.q)),
+        host_table(h.table()) {}
+  static Case with_lens(Case c) {
+    c.lens = {40, 70};
+    return c;
+  }
+  TensorView out_view() const { return TensorView(out.get(), c.q, {30, c.num_q_heads, c.head_dim}, Device::cuda(0)); }
+
+  Case c;
+  std::vector<std::int32_t> indptr = {0, 10, 30};
+  test::HostProblem h;
+  AttentionParams host_params;
+  test::DeviceProblem d;
+  TensorView host_indptr;
+  test::Mirrored dev_indptr;
+  DeviceBuffer out;
+  PageTable host_table;
+};
+
+// Missing host copies and a workspace too small are rejected before anything runs.
 TEST(CudaPrefillErrors, RejectsBadOrUnsupportedInputAndWritesNothing) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   auto check = [](Case c, const char* needle, bool drop_options) {
-    c.lens = {40, 70};
-    std::vector<std::int32_t> indptr = {0, 10, 30};
-    test::HostProblem h = test::build(c, 5, 30);
-    const AttentionParams host_params = test::params_of(c, h);
-    test::DeviceProblem d = test::to_device(h, host_params);
-    const TensorView host_indptr(indptr.data(), DType::kI32, {3});
-    test::Mirrored dev_indptr = test::mirror(host_indptr);
-    DeviceBuffer out(static_cast<std::size_t>(30 * c.num_q_heads * c.head_dim) * dtype_size(c.q));
-    test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
-    const auto before = out.snapshot();
-    const PageTable host_table = h.table();
-    const PrefillOptions options = drop_options ? PrefillOptions{} : PrefillOptions{&host_table, host_indptr};
+    SmallPrefill f(std::move(c));
+    test::cuda_ok(cudaMemset(f.out.get(), 0x5a, f.out.bytes()), "fill");
+    const auto before = f.out.snapshot();
+    const PrefillOptions options = drop_options ? PrefillOptions{} : PrefillOptions{&f.host_table, f.host_indptr};
     DeviceBuffer small_workspace(16);
     Context ctx{Device::cuda(0)};
     ctx.workspace = {static_cast<std::byte*>(small_workspace.get()), 16};
     test::expect_error_then_sync([&] {
-      prefill(ctx, d.q.view, dev_indptr.view, d.cache, d.table, d.params,
-              TensorView(out.get(), c.q, {30, c.num_q_heads, c.head_dim}, Device::cuda(0)), {}, options);
+      prefill(ctx, f.d.q.view, f.dev_indptr.view, f.d.cache, f.d.table, f.d.params, f.out_view(), {}, options);
     }, needle);
-    EXPECT_EQ(out.snapshot(), before) << needle;
+    EXPECT_EQ(f.out.snapshot(), before) << needle;
   };
   check(Case{}, "host_qo_indptr", true);
   // The per-token path needs 12 bytes of workspace per query token: a given one must hold them.
   { Case c; c.q = DType::kF32; c.kv = DType::kF32; check(c, "ctx.workspace has 16 bytes, prefill needs 360", false); }
+}
+
+// prefill_workspace_bytes: the per-token path (f32 q) needs 12 bytes per query token, the tensor
+// cores none.
+TEST(CudaPrefillWorkspace, QueryGivesWhatTheOpNeeds) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    Case c;
+    c.q = c.kv = t;
+    const SmallPrefill f(c);
+    const std::size_t need = prefill_workspace_bytes(Context{Device::cuda(0)}, f.d.q.view, f.dev_indptr.view, f.d.cache,
+                                                     f.d.table, f.d.params, f.out_view(), {},
+                                                     PrefillOptions{&f.host_table, f.host_indptr});
+    EXPECT_EQ(need, t == DType::kF32 ? 30u * 12u : 0u) << to_string(t);
+  }
 }
 
 // A prefill captured once in a CUDA graph replays correctly after qo_indptr and the lengths
