@@ -7,5 +7,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mkdir -p .deps
 cd .deps
 apt-get download libhwy-dev libhwy1 libcli11-dev nlohmann-json3-dev libfmt-dev libfmt9 \
-  libgtest-dev googletest
+  libgtest-dev googletest libdlpack-dev
 ls -1
