@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/backend_select.h"
+#include "core/dense_pages.h"
 #include "core/page_run.h"
 #include "core/validate.h"
 #include "cpu/cache_writes.h"
@@ -41,13 +42,6 @@ void check_devices(const Context& ctx, const PagedKV& src, const PagedKV& dst) {
   });
 }
 
-// A page of one tensor as one dense block: its bytes start at data + page * page_stride * esize.
-bool dense_pages(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv) {
-  const std::int64_t page_elems = kv.page_size * kv.num_kv_heads * kv.head_dim;
-  return t.offset(0, kv.num_kv_heads - 1, kv.page_size - 1, kv.head_dim - 1) == page_elems - 1 &&
-         t.head_stride > 0 && t.token_stride > 0 && t.elem_stride > 0;
-}
-
 // Same element order inside a page (the page strides may differ).
 bool same_arrangement(const detail::KVTensorAccess& a, const detail::KVTensorAccess& b) {
   return a.head_stride == b.head_stride && a.token_stride == b.token_stride && a.chunk_stride == b.chunk_stride &&
@@ -72,7 +66,7 @@ void check_geometry(const PagedKV& src, const PagedKV& dst, const detail::KVCach
               "src and dst are fp8 caches with different scales: their stored values would change meaning");
   }
   for (auto [a, b, name] : {std::tuple{&s.k, &d.k, "K"}, std::tuple{&s.v, &d.v, "V"}}) {
-    check_supported(dense_pages(*a, s) && dense_pages(*b, d) && same_arrangement(*a, *b), [&] {
+    check_supported(detail::dense_pages(*a, s) && detail::dense_pages(*b, d) && same_arrangement(*a, *b), [&] {
       return std::string("swap_blocks needs every page of ") + name +
              " to be one dense block, arranged alike in src and dst (as make_views / from_stacked give them)";
     });

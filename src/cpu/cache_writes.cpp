@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/dense_pages.h"
 #include "cpu/cpu_backend.h"
 
 namespace pagedattn::cpu {
@@ -55,15 +56,13 @@ void copy_blocks(const detail::KVCacheAccess& kv,
   const auto esize = static_cast<std::int64_t>(dtype_size(kv.dtype));
   const std::int64_t page_elems = kv.page_size * kv.num_kv_heads * kv.head_dim;
   const auto n = static_cast<std::int64_t>(mapping.size());
+  // Pages whose elements fill one dense block (every layout, stacked or not): one copy each.
+  const bool k_dense = detail::dense_pages(kv.k, kv), v_dense = detail::dense_pages(kv.v, kv);
 #pragma omp parallel for num_threads(resolve_num_threads(num_threads)) schedule(static) if (n > 8)
   for (std::int64_t i = 0; i < n; ++i) {
     const auto [src, dst] = mapping[static_cast<std::size_t>(i)];
     for (const detail::KVTensorAccess* t : {&kv.k, &kv.v}) {
-      // A page whose elements fill one dense block (every layout, stacked or not): one copy.
-      const bool dense = t->offset(0, kv.num_kv_heads - 1, kv.page_size - 1, kv.head_dim - 1) ==
-                             page_elems - 1 &&
-                         t->head_stride > 0 && t->token_stride > 0 && t->elem_stride > 0;
-      if (dense) {
+      if (t == &kv.k ? k_dense : v_dense) {
         std::memcpy(t->data + t->offset(dst, 0, 0, 0) * esize, t->data + t->offset(src, 0, 0, 0) * esize,
                     static_cast<std::size_t>(page_elems * esize));
         continue;

@@ -7,6 +7,7 @@
 // source and a destination, so the blocks never race.
 #include <algorithm>
 
+#include "core/dense_pages.h"
 #include "cuda/cache_writes.h"
 #include "cuda/cuda_check.h"
 
@@ -74,14 +75,11 @@ __global__ void copy_blocks_kernel(const __grid_constant__ CopyParams prm) {
 }
 
 // The widest power-of-two unit (<= 16 bytes) dividing every dense page's address and size; 0
-// when a page is not one dense block. "Dense" is the CPU backend's own test
-// (src/cpu/cache_writes.cpp), so both copy the same bytes.
-int dense_unit(const detail::KVTensorAccess& t, std::int64_t H, std::int64_t P, std::int64_t D,
-               std::int64_t esize) {
-  const std::int64_t page_elems = H * P * D;
-  const bool dense = t.offset(0, H - 1, P - 1, D - 1) == page_elems - 1 && t.head_stride > 0 &&
-                     t.token_stride > 0 && t.elem_stride > 0;
-  if (!dense) return 0;
+// when a page is not one dense block (detail::dense_pages, the CPU backend's test too, so both
+// copy the same bytes).
+int dense_unit(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, std::int64_t esize) {
+  if (!detail::dense_pages(t, kv)) return 0;
+  const std::int64_t page_elems = kv.page_size * kv.num_kv_heads * kv.head_dim;
   const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
   const auto stride_bytes = static_cast<std::uint64_t>(t.page_stride * esize);
   const auto size = static_cast<std::uint64_t>(page_elems * esize);
@@ -108,7 +106,7 @@ void copy_blocks(const detail::KVCacheAccess& kv, const IndexView& mapping, std:
   prm.page_bytes = kv.num_kv_heads * kv.page_size * kv.head_dim * prm.esize;
   std::int64_t most_units = 0;  // per page, over K and V: sizes the slices
   for (int side = 0; side < 2; ++side) {
-    prm.unit[side] = dense_unit(prm.t[side], kv.num_kv_heads, kv.page_size, kv.head_dim, prm.esize);
+    prm.unit[side] = dense_unit(prm.t[side], kv, prm.esize);
     const std::int64_t units = prm.unit[side] > 0 ? prm.page_bytes / prm.unit[side] : prm.page_bytes / prm.esize;
     most_units = std::max(most_units, units);
   }
