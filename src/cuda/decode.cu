@@ -26,6 +26,7 @@ struct KernelChoice {
   bool vec = false;        // K and V rows load as aligned 8-element vectors
   bool vt = false;         // ... or K's do and V is transposed in 16-byte runs of slots (vLLM's split layout)
   int lanes = 16;          // CUDA-core kernel: lanes per row (head_dim up to 8 * lanes)
+  bool key_rows = false;   // the tensor-core kernel with keys as the MMA's rows (groups <= 8)
   int g_tile = 1;          // query heads per CTA
   std::int64_t head_tiles = 1;
 };
@@ -60,8 +61,11 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   c.mma_able = (c.vec || c.vt) && q16 && mma_kv && p.head_dim % 8 == 0 && p.head_dim <= 256 &&
                mma_fits_device(p, c.vt, device);
   c.mma = c.mma_able && (group >= 4 || c.vt);
+  // Groups of at most 8 heads fill the transposed products' 8 columns (the untransposed ones'
+  // 16 rows would be half empty or less). PAGEDATTN_DECODE_KEY_ROWS=0 turns them off.
+  c.key_rows = c.mma_able && group <= 8 && detail::env_switch("PAGEDATTN_DECODE_KEY_ROWS", true);
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
-  c.g_tile = c.mma ? 16 : group <= 1 ? 1 : group <= 4 ? 4 : 8;
+  c.g_tile = c.mma ? (c.key_rows ? 8 : 16) : group <= 1 ? 1 : group <= 4 ? 4 : 8;
   c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
   return c;
 }
@@ -287,15 +291,18 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
     const bool pairs = use_pair_steps(fill), wide = use_wide_ctas(fill);
-    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, grid, stream);
-    else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, grid, stream);
+    const bool rows = choice.key_rows;
+    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
+    else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
 #endif
   } else if (choice.mma) {
+    const int d = static_cast<int>(p.head_dim);
+    const bool rows = choice.key_rows;
     switch (p.kv.dtype) {
-      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, static_cast<int>(p.head_dim), false, false, grid, stream); break;
-      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, static_cast<int>(p.head_dim), false, false, grid, stream); break;
-      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, static_cast<int>(p.head_dim), true, false, grid, stream); break;
-      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, static_cast<int>(p.head_dim), true, false, grid, stream); break;
+      case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, d, false, false, rows, grid, stream); break;
+      case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, d, false, false, rows, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, d, true, false, rows, grid, stream); break;
+      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, d, true, false, rows, grid, stream); break;
     }
   } else {
     switch (p.kv.dtype) {

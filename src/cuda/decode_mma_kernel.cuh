@@ -4,7 +4,9 @@
 // On CUDA cores that arithmetic (plus the shuffles that reduce each dot product) becomes the
 // bottleneck at group sizes >= 4; here the group is the M dimension of mma.sync m16n8k16:
 //   S[16 heads x 16 keys] = Q[16 x D] K^T,   O[16 x D] += P[16 x 16] V
-// (rows past the group are zero queries whose results are discarded). K/V tiles of 16 keys
+// (rows past the group are zero queries whose results are discarded). Groups of at most 8 run
+// the products transposed (kKeyRows: S^T = K Q^T, O^T += V^T P^T, keys and dims as M, the
+// group as N = 8), which halves the MMAs and the accumulators per tile. K/V tiles of 16 keys
 // stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
 // the softmax runs on the accumulator fragments (FlashAttention-2's register layout).
 // Kernels for head_dim 64, 128 and 256; head dims between them (multiples of 8, of 16 with fp8)
@@ -46,7 +48,7 @@ constexpr int kMmaDecodeWarps = 2;
 constexpr int kWideWarps = 4;
 
 template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps,
-          bool kVT = false>
+          bool kVT = false, bool kKeyRows = false>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
   static constexpr int kWarps = kCtaWarps;
@@ -81,13 +83,19 @@ struct MmaDecodeSmem {
   // The epilogue: warps 1.. leave their 16 rows' outputs (rows of kD + 8 floats, so that a
   // half-warp's float2 stores, four rows of four lanes, fall in distinct banks), maxima and sums.
   static constexpr int kMergeRowFloats = kD + 8;
-  static constexpr int kMergeBytes = (kWarps - 1) * 16 * (kMergeRowFloats + 2) * 4;
+  // kKeyRows: every warp leaves its 8 heads' outputs as rows of kD + 4 floats (a fragment's
+  // stores, dims gid.. of heads 2 tig.., then fall in distinct banks), its maxima and sums, and
+  // the fold's per-(warp, head) weights follow.
+  static constexpr int kKeyRowHeads = 8;
+  static constexpr int kOutRowFloats = kD + 4;
+  static constexpr int kMergeBytes = kKeyRows ? kWarps * kKeyRowHeads * (kOutRowFloats + 3) * 4
+                                              : (kWarps - 1) * 16 * (kMergeRowFloats + 2) * 4;
   static constexpr int kRegionBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
   // TMA: one mbarrier per (warp, stage) after the region, and slack to align the swizzled tiles
   // to 1024 bytes.
   static constexpr int kBarrierBytes = kTma ? kStages * kWarps * 8 : 0;
   // head_dim 256: Q's A fragments ([k-step][lane], 16 bytes each), shared by the CTA's warps.
-  static constexpr bool kQInSmem = kD > 128;
+  static constexpr bool kQInSmem = kD > 128 && !kKeyRows;  // kKeyRows: Q's B fragments take half the registers
   static constexpr int kQBytes = kQInSmem ? (kD / 16) * 32 * 16 : 0;
   static constexpr int kAlignSlack = kTma ? 1024 : 0;
   static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes + kQBytes;
@@ -96,6 +104,194 @@ struct MmaDecodeSmem {
 // Byte offset of 16-byte chunk c (keys 8c..8c+7) of dim row d in a kVT tile of 16-bit rows.
 __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ ((d >> 2) & 1)) << 4); }
 
+// The end of a kKeyRows CTA: every warp leaves its heads' rows of O (unnormalised), maxima and
+// sums in shared memory (`s_region`, free once all tiles are consumed); one thread per head folds
+// the warps' states (and the sink) into a weight per warp; then all threads write the output,
+// or the split's f32 partial state, four dims at a time.
+template <class Smem, class T, int kD, bool kPadded>
+__device__ __forceinline__ void write_key_rows_result(const DecodeKernelParams& prm, const DecodeCta& cta,
+                                                      const float (&o)[kD / 16][4], const float (&m)[2],
+                                                      float (&l)[2], int head_dim, float v_scale,
+                                                      unsigned char* s_region) {
+  constexpr int kWarps = Smem::kWarps, kHeads = Smem::kKeyRowHeads, kRow = Smem::kOutRowFloats;
+  constexpr float kNegInf = detail::kNegInf;
+  const detail::AttentionProblem& p = prm.p;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {  // the lanes' row sums, completed across the 8 gid lanes
+    for (int off = 4; off < 32; off *= 2) l[c] += __shfl_xor_sync(0xffffffffu, l[c], off);
+  }
+  auto* s_out = reinterpret_cast<float*>(s_region);            // [warp][head][kRow]
+  float* s_m = s_out + kWarps * kHeads * kRow;                 // [warp][head]
+  float* s_l = s_m + kWarps * kHeads;
+  float* s_w = s_l + kWarps * kHeads;                          // the fold's weight of (warp, head)
+  __syncthreads();  // every warp's tiles are consumed: the stage buffers are free
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int head = 2 * tig + c;
+    if (head >= cta.n_g) continue;
+    float* row = s_out + (warp * kHeads + head) * kRow;
+#pragma unroll
+    for (int n = 0; n < kD / 16; ++n) row[n * 16 + gid] = o[n][c], row[n * 16 + gid + 8] = o[n][2 + c];
+    if (gid == 0) s_m[warp * kHeads + head] = m[c], s_l[warp * kHeads + head] = l[c];
+  }
+  __syncthreads();
+  const std::int64_t H = p.num_q_heads;
+  const std::int64_t h0 = static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0;
+  if (threadIdx.x < cta.n_g) {
+    const int head = threadIdx.x;
+    const std::int64_t h = h0 + head;
+    float M = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w * kHeads + head]);
+    float f[kWarps], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      f[w] = M == kNegInf ? 0.0f : fast_exp2(s_m[w * kHeads + head] - M);
+      L += f[w] * s_l[w * kHeads + head];
+    }
+    float inv = 0.0f;
+    if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
+      inv = L > 0.0f ? v_scale / L : 0.0f;
+      prm.part_lse[(cta.s * prm.max_splits + cta.split) * H + h] = L > 0.0f ? M + log2f(L) : kNegInf;
+    } else {
+      const float sink_scale = fold_sink(p, h, M, L);  // M and L take the sink's term
+      inv = L > 0.0f ? sink_scale * v_scale / L : 0.0f;
+      if (p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+    }
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s_w[w * kHeads + head] = f[w] * inv;
+  }
+  __syncthreads();
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
+  for (int i = threadIdx.x; i < cta.n_g * (kD / 4); i += 32 * kWarps) {
+    const int head = i / (kD / 4), d = (i % (kD / 4)) * 4;
+    if (kPadded && d >= head_dim) continue;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = s_w[w * kHeads + head];
+      const float4 v = *reinterpret_cast<const float4*>(s_out + (w * kHeads + head) * kRow + d);
+      acc.x = fmaf(wt, v.x, acc.x), acc.y = fmaf(wt, v.y, acc.y), acc.z = fmaf(wt, v.z, acc.z), acc.w = fmaf(wt, v.w, acc.w);
+    }
+    const std::int64_t h = h0 + head;
+    if (cta.n_splits > 1) {
+      *reinterpret_cast<float4*>(prm.part_o + ((cta.s * prm.max_splits + cta.split) * H + h) * head_dim + d) = acc;
+      continue;
+    }
+    std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+    if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 8 == 0) {
+      *reinterpret_cast<uint2*>(o_row + d * 2) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
+    } else {
+      store_one(o_row, p.qo.out_dtype, d, acc.x);
+      store_one(o_row, p.qo.out_dtype, d + 1, acc.y);
+      store_one(o_row, p.qo.out_dtype, d + 2, acc.z);
+      store_one(o_row, p.qo.out_dtype, d + 3, acc.w);
+    }
+  }
+}
+
+// The end of an untransposed CTA: the warps' states meet in warp 0's registers. Warps 1.. leave
+// their live rows in shared memory (`s_region`, free once all tiles are consumed) and warp 0
+// folds them in and writes the result from its fragments (4-byte pairs). (The generic
+// write_cta_result walked every (head, dim) of the tile through shared memory with a division
+// per element: ~3 us of every CTA's critical path; docs/perf-notes.md v23.)
+template <class Smem, class T, int kD>
+__device__ __forceinline__ void write_head_rows_result(const DecodeKernelParams& prm, const DecodeCta& cta,
+                                                       float (&o)[kD / 8][4], const float (&m)[2], float (&l)[2],
+                                                       int head_dim, float v_scale, unsigned char* s_region) {
+  constexpr int kWarps = Smem::kWarps;
+  constexpr float kNegInf = detail::kNegInf;
+  const detail::AttentionProblem& p = prm.p;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+  const int kv_head = cta.kv_head;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // row sums were accumulated per lane: complete them across the quad
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const bool live[2] = {gid < cta.n_g, gid + 8 < cta.n_g};
+  // Every warp's tiles are consumed: the stage buffers are free.
+  __syncthreads();
+  auto* s_o = reinterpret_cast<float*>(s_region);  // [warp - 1][row][kMergeRowFloats]
+  float* s_ml = s_o + (kWarps - 1) * 16 * Smem::kMergeRowFloats;  // [warp - 1][row][2]
+  if (warp > 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!live[r]) continue;
+      const int row = (warp - 1) * 16 + gid + 8 * r;
+      if (tig == 0) s_ml[row * 2] = m[r], s_ml[row * 2 + 1] = l[r];
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        *reinterpret_cast<float2*>(s_o + row * Smem::kMergeRowFloats + n * 8 + tig * 2) =
+            make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      }
+    }
+  }
+  __syncthreads();
+  if (warp > 0) return;
+  const std::int64_t H = p.num_q_heads;
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!live[r]) continue;
+    const int row = gid + 8 * r;
+    float M = m[r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) M = fmaxf(M, s_ml[((w - 1) * 16 + row) * 2]);
+    const float own = M == kNegInf ? 0.0f : fast_exp2(m[r] - M);
+    float L = l[r] * own;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) o[n][2 * r] *= own, o[n][2 * r + 1] *= own;
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      const int wrow = (w - 1) * 16 + row;
+      const float f = M == kNegInf ? 0.0f : fast_exp2(s_ml[wrow * 2] - M);
+      L += f * s_ml[wrow * 2 + 1];
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        const float2 v = *reinterpret_cast<const float2*>(s_o + wrow * Smem::kMergeRowFloats + n * 8 + tig * 2);
+        o[n][2 * r] = fmaf(f, v.x, o[n][2 * r]);
+        o[n][2 * r + 1] = fmaf(f, v.y, o[n][2 * r + 1]);
+      }
+    }
+    const std::int64_t h = static_cast<std::int64_t>(kv_head) * cta.group + cta.g0 + row;
+    if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
+      const std::int64_t part = (cta.s * prm.max_splits + cta.split) * H + h;
+      const float inv = L > 0.0f ? v_scale / L : 0.0f;
+      float* o_part = prm.part_o + part * head_dim;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= head_dim) break;
+        *reinterpret_cast<float2*>(o_part + n * 8 + tig * 2) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      }
+      if (tig == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
+      continue;
+    }
+    const float sink_scale = fold_sink(p, h, M, L);  // M and L take the sink's term
+    const float inv = L > 0.0f ? sink_scale * v_scale / L : 0.0f;
+    std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+    constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
+    if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= head_dim) break;
+        *reinterpret_cast<std::uint32_t*>(o_row + (n * 8 + tig * 2) * 2) =
+            pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= head_dim) break;
+        store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
+        store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
+      }
+    }
+    if (tig == 0 && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+  }
+}
+
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
 // kPadded: head_dim below kD (see below); without it the kernel's code is that of head_dim kD
@@ -103,14 +299,19 @@ __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ (
 // kVT: V transposed (vLLM's split layout, prm.v_transposed): its tiles are staged as kD rows
 // of 16 keys, 16-byte cp.async runs of slots per dim (two of 8 16-bit slots or one of 16 fp8),
 // and P V reads them untransposed.
-template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps, bool kPadded, bool kVT>
+// kKeyRows (groups of at most 8): the products run transposed, S^T[16 keys x 8 heads] =
+// K Q^T and O^T[D x 8 heads] += V^T P^T, so a 16-key tile takes kD / 16 MMAs for each product
+// instead of kD / 8 with 16 head rows of which at most 8 are live, and each lane holds half the
+// accumulators. P^T's B fragments come from the logits' C fragments by one movmatrix
+// transpose per 8 keys.
+template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps, bool kPadded, bool kVT, bool kKeyRows>
 __global__ void __launch_bounds__(32 * kCtaWarps)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
-  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps, kVT>;
+  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps, kVT, kKeyRows>;
   static_assert(!kVT || !kTma, "transposed V tiles come by cp.async");
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages, kStep = Smem::kStep;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
-  constexpr int kG = 16;              // query-head rows of the mma tile
+  constexpr int kG = kKeyRows ? 8 : 16;  // query heads of the mma tile (its N or M)
   constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems;
   constexpr bool kFp8 = Smem::kFp8;
   constexpr float kNegInf = detail::kNegInf;
@@ -136,6 +337,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   // This lane's fragment values: [k-step][row r][dims d, d+1, d+8, d+9] of query heads
   // g0 + gid + 8 * r (rows past the tile's heads are zero); with fp8, k-step kk's four dims are
   // 32 (kk / 2) + 8 tig + 4 (kk % 2) + 0..3 instead, the order K's fragments are read in.
+  // kKeyRows: only row gid (head gid as B's column) is loaded, and slope[c] is head 2 tig + c's,
+  // the logits' columns.
   float qf[kD / 16][2][4];
   float slope[2];
   visit_q_type(p.qo.q_dtype, [&](auto tag) {
@@ -144,8 +347,15 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     for (int r = 0; r < 2; ++r) {
       const int g = gid + 8 * r;
       const std::int64_t h = static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0 + g;
-      const bool live = g < cta.n_g;
-      slope[r] = (live && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
+      const bool live = g < cta.n_g && (!kKeyRows || r == 0);
+      if constexpr (kKeyRows) {
+        const int gc = 2 * tig + r;
+        slope[r] = (gc < cta.n_g && p.variant.alibi_slopes)
+                       ? p.variant.alibi_slopes[static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0 + gc]
+                       : 0.0f;
+      } else {
+        slope[r] = (live && p.variant.alibi_slopes) ? p.variant.alibi_slopes[h] : 0.0f;
+      }
       const Q* row = reinterpret_cast<const Q*>(p.qo.q) + cta.s * p.qo.q_token_stride + h * p.qo.q_head_stride;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
@@ -213,10 +423,14 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     // Read after the page ids' __syncthreads below (before any tile).
   }
 
-  float o[kD / 8][4];
+  // O's C fragments: n-tiles of 8 dims (rows gid, gid + 8 = heads), or with kKeyRows O^T's
+  // m-tiles of 16 dims (rows gid, gid + 8 = dims, columns 2 tig, 2 tig + 1 = heads).
+  constexpr int kOTiles = kKeyRows ? kD / 16 : kD / 8;
+  float o[kOTiles][4];
 #pragma unroll
-  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows gid, gid + 8 (l: this lane's part)
+  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  // Rows gid, gid + 8 (kKeyRows: heads 2 tig, 2 tig + 1); l: this lane's part of the sum.
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
 
   // This lane copies 16-byte chunk (lane % kChunks) of rows lane / kChunks + i * (32 / kChunks):
   // the chunk's offset within a (page, token) is fixed, computed once.
@@ -470,7 +684,41 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           ldmatrix_x4<false>(b, k_tile + (nt * 8 + (lane & 7)) * kRowElems + kk * 16 + (lane >> 3) * 8);
         }
       };
-      if constexpr (Smem::kQInSmem) {  // each k-step pair's Q fragments read once for both key halves
+      // kKeyRows: K's A fragments of k-steps kk and kk + 1 for the tile's 16 keys (rows gid, gid + 8).
+      auto k_row_fragments = [&](int h, int kk, std::uint32_t (&a0)[4], std::uint32_t (&a1)[4]) {
+        const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j + h, 0));
+        if constexpr (kFp8) {  // keys gid and gid + 8, dims 32 (kk / 2) + 8 tig .. + 7 (q's permutation)
+          const auto* rows = reinterpret_cast<const unsigned char*>(k_tile) + kk * 16 + tig * 8;
+          const uint2 r0 = *reinterpret_cast<const uint2*>(rows + gid * Smem::kStageRowBytes);
+          const uint2 r1 = *reinterpret_cast<const uint2*>(rows + (gid + 8) * Smem::kStageRowBytes);
+          a0[0] = fp8x2_to_f16x2<KV>(r0.x, 0), a0[1] = fp8x2_to_f16x2<KV>(r1.x, 0);
+          a0[2] = fp8x2_to_f16x2<KV>(r0.x, 1), a0[3] = fp8x2_to_f16x2<KV>(r1.x, 1);
+          a1[0] = fp8x2_to_f16x2<KV>(r0.y, 0), a1[1] = fp8x2_to_f16x2<KV>(r1.y, 0);
+          a1[2] = fp8x2_to_f16x2<KV>(r0.y, 1), a1[3] = fp8x2_to_f16x2<KV>(r1.y, 1);
+        } else {
+          const int key = (lane & 7) + ((lane >> 3) & 1) * 8, half = lane >> 4;
+          if constexpr (kTma) {
+            const auto* base = reinterpret_cast<const unsigned char*>(k_tile);
+            ldmatrix_x4<false>(a0, reinterpret_cast<const T*>(base + sm90::swizzled_offset(key, 2 * kk + half, kTokens)));
+            ldmatrix_x4<false>(a1, reinterpret_cast<const T*>(base + sm90::swizzled_offset(key, 2 * kk + 2 + half, kTokens)));
+          } else {
+            ldmatrix_x4<false>(a0, k_tile + key * kRowElems + kk * 16 + half * 8);
+            ldmatrix_x4<false>(a1, k_tile + key * kRowElems + kk * 16 + 16 + half * 8);
+          }
+        }
+      };
+      if constexpr (kKeyRows) {  // S^T = K Q^T: Q's B fragments are qa[kk][0] and qa[kk][2] (row gid)
+#pragma unroll
+        for (int h = 0; h < kStep; ++h) {
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; kk += 2) {
+            std::uint32_t a0[4], a1[4];
+            k_row_fragments(h, kk, a0, a1);
+            mma16816<T>(sc[h], a0, qa[kk][0], qa[kk][2]);
+            mma16816<T>(sc[h], a1, qa[kk + 1][0], qa[kk + 1][2]);
+          }
+        }
+      } else if constexpr (Smem::kQInSmem) {  // each k-step pair's Q fragments read once for both key halves
 #pragma unroll
         for (int h = 0; h < kStep; ++h) {
 #pragma unroll
@@ -504,7 +752,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       // Logits (base 2), keys outside [c_begin, c_end) masked: keys lo .. hi - 1 of a tile are
       // inside (most tiles lie wholly inside, and all of this is in 32 bits). Plain logits keep
       // their scale until the exponent's FFMA (s_mul > 0: the host checked scale > 0 and the fp8
-      // scales > 0, so the maxima keep their order).
+      // scales > 0, so the maxima keep their order). Element e of a C fragment is row
+      // gid + 8 (e >> 1), column 2 tig + (e & 1): a (head, key) pair, or with kKeyRows (key, head).
+      constexpr int kScTiles = kKeyRows ? kStep : 2 * kStep;
       float rmax[2] = {kNegInf, kNegInf};
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
@@ -513,19 +763,18 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         const int hi = static_cast<int>(min(max(c_end - t0, std::int64_t{0}), std::int64_t{kTokens}));
         const float t0_from_q = static_cast<float>(t0 - q_pos);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int nt = 0; nt < kScTiles / kStep; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1;
-            const int k = nt * 8 + tig * 2 + (e & 1);
-            float x = sc[2 * h + nt][e];
+            const int r = kKeyRows ? e & 1 : e >> 1;  // the state's row (head) of the element
+            const int k = kKeyRows ? gid + 8 * (e >> 1) : nt * 8 + tig * 2 + (e & 1);
+            float& x = sc[(kScTiles / kStep) * h + nt][e];
             if (!plain) {
               x *= s_mul;
               if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
               x = (x + slope[r] * (t0_from_q + static_cast<float>(k))) * kLog2e;
             }
             x = k >= lo && k < hi ? x : kNegInf;
-            sc[2 * h + nt][e] = x;
             rmax[r] = fmaxf(rmax[r], x);
           }
         }
@@ -534,40 +783,54 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       float corr[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
-        rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
+        // A head's keys lie across the quad's lanes, or with kKeyRows across the 8 gid lanes.
+#pragma unroll
+        for (int off = kKeyRows ? 4 : 1; off < (kKeyRows ? 32 : 4); off *= 2) {
+          rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], off));
+        }
         const float m_new = fmaxf(m[r], rmax[r] * p_mul);
         corr[r] = m_new == kNegInf ? 1.0f : fast_exp2(m[r] - m_new);
         m[r] = m_new;
         l[r] *= corr[r];
       }
-      float pr[2 * kStep][4];
+      float pr[kScTiles][4];
 #pragma unroll
-      for (int nt = 0; nt < 2 * kStep; ++nt) {
+      for (int nt = 0; nt < kScTiles; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
+          const int r = kKeyRows ? e & 1 : e >> 1;
           // A row with no key yet has m = -inf and only -inf logits: 2^(-inf - 0) = 0.
           pr[nt][e] = fast_exp2(fmaf(sc[nt][e], p_mul, m[r] == kNegInf ? 0.0f : -m[r]));
           l[r] += pr[nt][e];
         }
       }
-      std::uint32_t pa[kStep][4];  // P of tile j + h as the A fragment of its 16-key k-step
+      // P of tile j + h as the A fragment of its 16-key k-step, or with kKeyRows P^T as the
+      // B fragment (keys 2 tig.. and 2 tig + 8.. of head gid: the logits' pairs transposed).
+      std::uint32_t pa[kStep][4];
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
-        pa[h][0] = pack2<T>(pr[2 * h][0], pr[2 * h][1]);
-        pa[h][1] = pack2<T>(pr[2 * h][2], pr[2 * h][3]);
-        pa[h][2] = pack2<T>(pr[2 * h + 1][0], pr[2 * h + 1][1]);
-        pa[h][3] = pack2<T>(pr[2 * h + 1][2], pr[2 * h + 1][3]);
+        if constexpr (kKeyRows) {
+          pa[h][0] = movmatrix_trans(pack2<T>(pr[h][0], pr[h][1]));
+          pa[h][1] = movmatrix_trans(pack2<T>(pr[h][2], pr[h][3]));
+        } else {
+          pa[h][0] = pack2<T>(pr[2 * h][0], pr[2 * h][1]);
+          pa[h][1] = pack2<T>(pr[2 * h][2], pr[2 * h][3]);
+          pa[h][2] = pack2<T>(pr[2 * h + 1][0], pr[2 * h + 1][1]);
+          pa[h][3] = pack2<T>(pr[2 * h + 1][2], pr[2 * h + 1][3]);
+        }
       }
       // The running maxima settle after the first tiles: skip the rescale while they hold.
       if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
-          o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+        for (int n = 0; n < kOTiles; ++n) {
+          if constexpr (kKeyRows) {
+            o[n][0] *= corr[0], o[n][1] *= corr[1], o[n][2] *= corr[0], o[n][3] *= corr[1];
+          } else {
+            o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+          }
         }
       }
-      // O += P V a tile at a time (fp8's widened V holds one tile).
+      // O += P V (O^T += V^T P^T) a tile at a time (fp8's widened V holds one tile).
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
         if (h > 0) {
@@ -579,21 +842,40 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           }
         }
         const T* v_tile = v_tile_ptr(j + h);
+        if constexpr (kKeyRows) {
+          // V^T's A fragment of dims 16 n..: matrices (dims +0-7 | +8-15) x (keys 0-7 | 8-15).
 #pragma unroll
-        for (int n = 0; n < kD / 8; n += 2) {
-          std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
-          const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
-          if constexpr (kVT) {  // rows: dims n*8.. and (n+1)*8..; columns: keys 0-7 and 8-15
-            const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
-            ldmatrix_x4<false>(b, reinterpret_cast<const T*>(base + vt_offset(n * 8 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1)));
-          } else if constexpr (kTma) {
-            const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
-            ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
-          } else {
-            ldmatrix_x4<true>(b, v_tile + v_row * kRowElems + n * 8 + (lane >> 4) * 8);
+          for (int n = 0; n < kOTiles; ++n) {
+            std::uint32_t a[4];
+            const int dim_half = (lane >> 3) & 1, key_half = lane >> 4;
+            if constexpr (kVT) {  // rows are dims: untransposed
+              const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+              ldmatrix_x4<false>(a, reinterpret_cast<const T*>(base + vt_offset(n * 16 + (lane & 7) + dim_half * 8, key_half)));
+            } else if constexpr (kTma) {
+              const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+              ldmatrix_x4<true>(a, reinterpret_cast<const T*>(base + sm90::swizzled_offset((lane & 7) + key_half * 8, 2 * n + dim_half, kTokens)));
+            } else {
+              ldmatrix_x4<true>(a, v_tile + ((lane & 7) + key_half * 8) * kRowElems + n * 16 + dim_half * 8);
+            }
+            mma16816<T>(o[n], a, pa[h][0], pa[h][1]);
           }
-          mma16816<T>(o[n], pa[h], b[0], b[1]);
-          mma16816<T>(o[n + 1], pa[h], b[2], b[3]);
+        } else {
+#pragma unroll
+          for (int n = 0; n < kD / 8; n += 2) {
+            std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15
+            const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+            if constexpr (kVT) {  // rows: dims n*8.. and (n+1)*8..; columns: keys 0-7 and 8-15
+              const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+              ldmatrix_x4<false>(b, reinterpret_cast<const T*>(base + vt_offset(n * 8 + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1)));
+            } else if constexpr (kTma) {
+              const auto* base = reinterpret_cast<const unsigned char*>(v_tile);
+              ldmatrix_x4<true>(b, reinterpret_cast<const T*>(base + sm90::swizzled_offset(v_row, n + (lane >> 4), kTokens)));
+            } else {
+              ldmatrix_x4<true>(b, v_tile + v_row * kRowElems + n * 8 + (lane >> 4) * 8);
+            }
+            mma16816<T>(o[n], pa[h], b[0], b[1]);
+            mma16816<T>(o[n + 1], pa[h], b[2], b[3]);
+          }
         }
       }
     }
@@ -602,93 +884,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   }
   if (speculated) cp_async_wait<0>();  // an empty split never staged its ids
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {  // row sums were accumulated per lane: complete them across the quad
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  // The warps' states meet in warp 0's registers: warps 1.. leave their live rows in shared
-  // memory and warp 0 folds them in and writes the result from its fragments (4-byte pairs).
-  // (The generic write_cta_result walked every (head, dim) of the tile through shared memory
-  // with a division per element: ~3 us of every CTA's critical path; docs/perf-notes.md v23.)
-  const bool live[2] = {gid < cta.n_g, gid + 8 < cta.n_g};
-  // Every warp's tiles are consumed: the stage buffers are free.
-  __syncthreads();
-  auto* s_o = reinterpret_cast<float*>(s_region);  // [warp - 1][row][kMergeRowFloats]
-  float* s_ml = s_o + (kWarps - 1) * 16 * Smem::kMergeRowFloats;  // [warp - 1][row][2]
-  if (warp > 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!live[r]) continue;
-      const int row = (warp - 1) * 16 + gid + 8 * r;
-      if (tig == 0) s_ml[row * 2] = m[r], s_ml[row * 2 + 1] = l[r];
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        *reinterpret_cast<float2*>(s_o + row * Smem::kMergeRowFloats + n * 8 + tig * 2) =
-            make_float2(o[n][2 * r], o[n][2 * r + 1]);
-      }
-    }
-  }
-  __syncthreads();
-  if (warp > 0) return;
-  const std::int64_t H = p.num_q_heads;
-  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!live[r]) continue;
-    const int row = gid + 8 * r;
-    float M = m[r];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) M = fmaxf(M, s_ml[((w - 1) * 16 + row) * 2]);
-    const float own = M == kNegInf ? 0.0f : fast_exp2(m[r] - M);
-    float L = l[r] * own;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) o[n][2 * r] *= own, o[n][2 * r + 1] *= own;
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      const int wrow = (w - 1) * 16 + row;
-      const float f = M == kNegInf ? 0.0f : fast_exp2(s_ml[wrow * 2] - M);
-      L += f * s_ml[wrow * 2 + 1];
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        const float2 v = *reinterpret_cast<const float2*>(s_o + wrow * Smem::kMergeRowFloats + n * 8 + tig * 2);
-        o[n][2 * r] = fmaf(f, v.x, o[n][2 * r]);
-        o[n][2 * r + 1] = fmaf(f, v.y, o[n][2 * r + 1]);
-      }
-    }
-    const std::int64_t h = static_cast<std::int64_t>(kv_head) * cta.group + cta.g0 + row;
-    if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
-      const std::int64_t part = (cta.s * prm.max_splits + cta.split) * H + h;
-      const float inv = L > 0.0f ? v_scale / L : 0.0f;
-      float* o_part = prm.part_o + part * head_dim;
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        if (n * 8 >= head_dim) break;
-        *reinterpret_cast<float2*>(o_part + n * 8 + tig * 2) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-      }
-      if (tig == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : kNegInf;
-      continue;
-    }
-    const float sink_scale = fold_sink(p, h, M, L);  // M and L take the sink's term
-    const float inv = L > 0.0f ? sink_scale * v_scale / L : 0.0f;
-    std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
-    constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
-    if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        if (n * 8 >= head_dim) break;
-        *reinterpret_cast<std::uint32_t*>(o_row + (n * 8 + tig * 2) * 2) =
-            pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-      }
-    } else {
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        if (n * 8 >= head_dim) break;
-        store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2, o[n][2 * r] * inv);
-        store_one(o_row, p.qo.out_dtype, n * 8 + tig * 2 + 1, o[n][2 * r + 1] * inv);
-      }
-    }
-    if (tig == 0 && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+  if constexpr (kKeyRows) {
+    write_key_rows_result<Smem, T, kD, kPadded>(prm, cta, o, m, l, head_dim, v_scale, s_region);
+  } else {
+    write_head_rows_result<Smem, T, kD>(prm, cta, o, m, l, head_dim, v_scale, s_region);
   }
 }
 
@@ -696,21 +895,25 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 // f16; KV = T, or fp8 with T = f16; kD 64, 128 or 256, the smallest that holds head_dim, padded
 // when it is larger). fp8 always takes two tiles per step and the cp.async 16-bit kernel one;
 // the TMA kernel takes two when `pair_steps` (its four stages fit three CTAs per SM instead of
-// four), and four warps per CTA when `wide`.
+// four), and four warps per CTA when `wide`; `key_rows` the transposed products.
 // Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
 // sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
-void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, dim3 grid,
-                             cudaStream_t stream) {
-  auto launch_as = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c) {
+void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
+                             dim3 grid, cudaStream_t stream) {
+  auto launch_rows = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c, auto rows_c) {
     constexpr int kD = decltype(d_c)::value, kStep = decltype(step_c)::value, kWarps = decltype(warps_c)::value;
-    constexpr bool kVT = decltype(vt_c)::value;
-    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps, kVT>::kBytes;
-    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps, decltype(padded_c)::value, kVT>;
+    constexpr bool kVT = decltype(vt_c)::value, kKeyRows = decltype(rows_c)::value;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps, kVT, kKeyRows>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps, decltype(padded_c)::value, kVT, kKeyRows>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, 32 * kWarps, kBytes, stream>>>(prm);
+  };
+  auto launch_as = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c) {
+    if (key_rows) launch_rows(d_c, step_c, warps_c, padded_c, vt_c, std::true_type{});
+    else launch_rows(d_c, step_c, warps_c, padded_c, vt_c, std::false_type{});
   };
   auto launch = [&](auto d_c, auto step_c, auto warps_c, auto padded_c) {
     if constexpr (!kTma) {

@@ -4,8 +4,10 @@
 // come as TMA boxes (KV = T; needs prm.k_tiles / v_tiles, an sm_90 device, and pages of a
 // multiple of 16 slots; instantiated only in the sm_90a objects, PAGEDATTN_WITH_SM90A);
 // pair_steps: two tiles per softmax step (the TMA kernel only; fp8 always, 16-bit cp.async never);
-// wide: four warps per CTA instead of two (the TMA kernel only). head_dim picks the 64, 128 or
-// 256 kernel (zero-padded below it); prm.v_transposed the cp.async kernel's transposed V tiles.
+// wide: four warps per CTA instead of two (the TMA kernel only); key_rows: the transposed
+// products, keys as the MMA's rows and 8 heads as its columns (groups of at most 8: prm's head
+// tiles of 8). head_dim picks the 64, 128 or 256 kernel (zero-padded below it);
+// prm.v_transposed the cp.async kernel's transposed V tiles.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +17,6 @@
 namespace pagedattn::cuda {
 struct DecodeKernelParams;
 template <class KV, class T, bool kTma = false>
-void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, dim3 grid,
-                             cudaStream_t stream);
+void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
+                             dim3 grid, cudaStream_t stream);
 }  // namespace pagedattn::cuda

@@ -43,6 +43,14 @@ __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* s
   }
 }
 
+// The transpose of an 8x8 matrix of 16-bit pairs held as an mma fragment (lane gid * 4 + tig
+// holds row gid, columns 2 tig and 2 tig + 1): afterwards it holds the same of the transpose.
+__device__ __forceinline__ std::uint32_t movmatrix_trans(std::uint32_t x) {
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // Two floats as a packed 16-bit pair, the first in the low half.
 template <class T>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {

@@ -2,5 +2,5 @@
 #include "cuda/decode_mma_kernel.cuh"
 
 namespace pagedattn::cuda {
-template void launch_paged_decode_mma<__half, __half, true>(const DecodeKernelParams&, int, bool, bool, dim3, cudaStream_t);
+template void launch_paged_decode_mma<__half, __half, true>(const DecodeKernelParams&, int, bool, bool, bool, dim3, cudaStream_t);
 }  // namespace pagedattn::cuda
