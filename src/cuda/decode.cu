@@ -222,14 +222,17 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     // four per SM; aiming for four made d-long1 and d-ragged slower: shorter splits.)
     // A batch of near-equal lengths whose units already give nearly every SM one CTA is not
     // split: the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132
-    // SMs: unsplit 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5).
+    // SMs: unsplit 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5). That holds
+    // for 16-bit caches, whose one-CTA-per-SM grids take four-warp CTAs on Hopper; an fp8 cache's
+    // two-warp CTAs alone on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit
+    // 93.4 us, two splits 62.5, four 61.7-62.0), so fp8 splits as any other batch.
     const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p, device).head_tiles;
     const auto sms = static_cast<std::int64_t>(sm_count(device));
     const std::int64_t target = sms * 2;
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
     std::int64_t share = 0;
     const bool near_equal = total * 10 >= max_len * p.num_seqs * 9;
-    if (near_equal && units * 10 >= sms * 9 && units <= sms) {
+    if (near_equal && units * 10 >= sms * 9 && units <= sms && !is_fp8(p.kv.dtype)) {
       share = max_len;
     } else if (units < target) {
       share = (max_len + target / units - 1) / (target / units);

@@ -61,10 +61,11 @@ struct MmaDecodeSmem {
   static constexpr int kStep = kTilesPerStep;
   static constexpr int kStages = kStep == 2 ? 4 : 3;
   static constexpr int kPageChunk = 1024;
-  // fp8 rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks) fall
-  // in distinct banks. TMA rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in
-  // distinct banks.
+  // fp8 K rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks) fall
+  // in distinct banks; fp8 V rows are not (each lane widens the 16-byte chunks it copied). TMA
+  // rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
   static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD + 32 : kRowElems * 2;
+  static constexpr int kVStageRowBytes = kFp8 ? kD : kStageRowBytes;
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // K's, and V's unless kVT
@@ -75,7 +76,7 @@ struct MmaDecodeSmem {
   static constexpr int kRunKeys = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kVtRowBytes = 32;
   static constexpr int kVtStageRowBytes = kFp8 ? 16 : kVtRowBytes;
-  static constexpr int kVTileBytes = kVT ? kD * kVtStageRowBytes : kTileBytes;
+  static constexpr int kVTileBytes = kVT ? kD * kVtStageRowBytes : kTokens * kVStageRowBytes;
   static constexpr int kStageWarpBytes = kTileBytes + kVTileBytes;
   static constexpr int kWideTileBytes = kVT ? kD * kVtRowBytes : kTokens * kRowElems * 2;
   static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
@@ -453,8 +454,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   };
   std::uint64_t* warp_bars = s_bars + warp * kStages;
   auto stage_parity = [&](std::int64_t j) { return (tile_index(j) / kStages) & 1; };
-  // Row r, chunk c of a staged tile.
-  auto chunk_ptr = [&](unsigned char* tile, int r, int c) { return tile + r * Smem::kStageRowBytes + c * 16; };
+  // Row r, chunk c of a staged K (is_v = 0) or V tile.
+  auto chunk_ptr = [&](unsigned char* tile, int r, int c, int is_v) {
+    return tile + r * (is_v ? Smem::kVStageRowBytes : Smem::kStageRowBytes) + c * 16;
+  };
   // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
   T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes + warp * Smem::kWideTileBytes);
   auto v_tile_ptr = [&](std::int64_t j) {
@@ -481,7 +484,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         } else {
           for (int i = lane; i < kTokens * kChunks; i += 32) {
             if (i % kChunks >= live_chunks) {
-              *reinterpret_cast<uint4*>(chunk_ptr(tile, i / kChunks, i % kChunks)) = make_uint4(0, 0, 0, 0);
+              *reinterpret_cast<uint4*>(chunk_ptr(tile, i / kChunks, i % kChunks, is_v)) = make_uint4(0, 0, 0, 0);
             }
           }
         }
@@ -557,16 +560,16 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           for (int i = 0; i < kTokens * kChunks / 32; ++i) {
             if (!lane_copies) break;
             const int r = lane_row + i * (32 / kChunks);
-            cp_async(chunk_ptr(stage_ptr(j, 0), r, lane_chunk), k_base + k_off + i * k_row_step, 16);
-            if constexpr (!kVT) cp_async(chunk_ptr(stage_ptr(j, 1), r, lane_chunk), v_base + v_off + i * v_row_step, 16);
+            cp_async(chunk_ptr(stage_ptr(j, 0), r, lane_chunk, 0), k_base + k_off + i * k_row_step, 16);
+            if constexpr (!kVT) cp_async(chunk_ptr(stage_ptr(j, 1), r, lane_chunk, 1), v_base + v_off + i * v_row_step, 16);
           }
         } else {
 #pragma unroll
           for (int i = 0; i < kTokens * kChunks / 32; ++i) {
             const int r = lane_row + i * (32 / kChunks);
             const std::int64_t t = t0 + r;
-            unsigned char* k_dst = chunk_ptr(stage_ptr(j, 0), r, lane_chunk);
-            unsigned char* v_dst = chunk_ptr(stage_ptr(j, 1), r, lane_chunk);
+            unsigned char* k_dst = chunk_ptr(stage_ptr(j, 0), r, lane_chunk, 0);
+            unsigned char* v_dst = chunk_ptr(stage_ptr(j, 1), r, lane_chunk, 1);
             if (t >= c_begin && t < c_end) {
               if (lane_copies) {
                 std::int64_t k_off, v_off;
@@ -655,7 +658,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 #pragma unroll
           for (int i = 0; i < kTokens * kChunks / 32; ++i) {
             const int r = lane_row + i * (32 / kChunks);
-            const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(jj, 1), r, lane_chunk));
+            const uint4 raw = *reinterpret_cast<const uint4*>(chunk_ptr(stage_ptr(jj, 1), r, lane_chunk, 1));
             uint4* dst = reinterpret_cast<uint4*>(wide + r * kRowElems + lane_chunk * 16);
             widen_fp8x16_to_f16<KV>(raw, dst[0], dst[1]);
           }
