@@ -44,6 +44,21 @@ bool mma_fits_device(const detail::AttentionProblem& p, bool vt, int device) {
   return need <= cached_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
+// Query heads per CTA of the CUDA-core kernel (it keeps a tile's q rows in registers).
+int cuda_core_g_tile(std::int64_t group) { return group <= 1 ? 1 : group <= 4 ? 4 : 8; }
+
+// The CUDA-core kernel for the cache's dtype.
+void launch_cuda_core(const DecodeKernelParams& prm, int lanes, int g_tile, dim3 grid, cudaStream_t stream) {
+  switch (prm.p.kv.dtype) {
+    case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF16: launch_paged_decode<__half>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF32: launch_paged_decode<float>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, lanes, g_tile, grid, stream); break;
+    case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, lanes, g_tile, grid, stream); break;
+    default: check_supported(false, "decode: unsupported KV dtype on CUDA");
+  }
+}
+
 KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   KernelChoice c;
   const std::int64_t group = p.group_size();
@@ -65,7 +80,7 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   // 16 rows would be half empty or less). PAGEDATTN_DECODE_KEY_ROWS=0 turns them off.
   c.key_rows = c.mma_able && group <= 8 && detail::env_switch("PAGEDATTN_DECODE_KEY_ROWS", true);
   c.lanes = p.head_dim <= 64 ? 8 : p.head_dim <= 128 ? 16 : 32;
-  c.g_tile = c.mma ? (c.key_rows ? 8 : 16) : group <= 1 ? 1 : group <= 4 ? 4 : 8;
+  c.g_tile = c.mma ? (c.key_rows ? 8 : 16) : cuda_core_g_tile(group);
   c.head_tiles = (group + c.g_tile - 1) / c.g_tile;
   return c;
 }
@@ -308,14 +323,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
       default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, d, true, false, rows, grid, stream); break;
     }
   } else {
-    switch (p.kv.dtype) {
-      case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, lanes, g_tile, grid, stream); break;
-      case DType::kF16: launch_paged_decode<__half>(prm, lanes, g_tile, grid, stream); break;
-      case DType::kF32: launch_paged_decode<float>(prm, lanes, g_tile, grid, stream); break;
-      case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, lanes, g_tile, grid, stream); break;
-      case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, lanes, g_tile, grid, stream); break;
-      default: check_supported(false, "decode: unsupported KV dtype on CUDA");
-    }
+    launch_cuda_core(prm, lanes, g_tile, grid, stream);
   }
   check_launch("paged_decode_kernel", stream);
   if (plan.max_splits > 1) {
@@ -341,7 +349,7 @@ void decode_rows_one_pass(const detail::AttentionProblem& p, bool clip_keys_to_q
   check_cuda(cudaGetDevice(&device), "current device");
   const KernelChoice choice = choose_kernel(p, device);
   const std::int64_t group = p.group_size();
-  const int g_tile = group <= 1 ? 1 : group <= 4 ? 4 : 8;  // the CUDA-core kernel's tiles
+  const int g_tile = cuda_core_g_tile(group);
   DecodeKernelParams prm;
   prm.partition_tokens = std::numeric_limits<std::int32_t>::max();  // lengths are i32: one split
   prm.max_splits = 1;
@@ -364,14 +372,7 @@ void decode_rows_one_pass(const detail::AttentionProblem& p, bool clip_keys_to_q
     if (p.query_pos_end) chunk.query_pos_end += r0;
     prm.p = chunk;
     const dim3 grid(1, static_cast<unsigned>(p.num_kv_heads * prm.head_tiles), static_cast<unsigned>(chunk.num_seqs));
-    switch (p.kv.dtype) {
-      case DType::kBF16: launch_paged_decode<__nv_bfloat16>(prm, choice.lanes, g_tile, grid, stream); break;
-      case DType::kF16: launch_paged_decode<__half>(prm, choice.lanes, g_tile, grid, stream); break;
-      case DType::kF32: launch_paged_decode<float>(prm, choice.lanes, g_tile, grid, stream); break;
-      case DType::kF8E4M3: launch_paged_decode<Fp8E4M3>(prm, choice.lanes, g_tile, grid, stream); break;
-      case DType::kF8E5M2: launch_paged_decode<Fp8E5M2>(prm, choice.lanes, g_tile, grid, stream); break;
-      default: check_supported(false, "decode: unsupported KV dtype on CUDA");
-    }
+    launch_cuda_core(prm, choice.lanes, g_tile, grid, stream);
     check_launch("paged_decode_kernel", stream);
   }
 }
