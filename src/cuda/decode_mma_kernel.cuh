@@ -14,9 +14,10 @@
 // bytes). Used for group size >= 4 (smaller groups too in the Hopper TMA variant,
 // whose stream beats the CUDA-core kernel's even with 15 of 16 rows idle), and a 16-bit q with
 // a cache of q's dtype or of fp8. With fp8, q is scaled into f16's range by a power of two and
-// the K/V scales fold into the logit scale and the final output; K's B fragments come straight from the fp8 rows (8 bytes per
-// lane and pair of k-steps, widened in registers: the k-steps' dims are a permutation of the
-// head dims, and q's A fragments take the same one), while each lane widens the V chunks it
+// the K/V scales fold into the logit scale and the final output; K's fragments (B, or A with
+// key rows) come straight from the fp8 rows (8 bytes per lane and pair of k-steps, widened in
+// registers: the k-steps' dims are a permutation of the head dims, and q's fragments take the
+// same one), while each lane widens the V chunks it
 // copied to f16 (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile that
 // ldmatrix transposes.
 // On Hopper, 16-bit caches whose pages hold whole tiles take the TMA variant (kTma): one lane
@@ -24,9 +25,10 @@
 // rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
 // A softmax step takes one or two tiles (MmaDecodeSmem::kStep): two where few warps share an SM
 // and each is bound by its step's dependent chain rather than by memory.
-// At head_dim 256 O's fragments alone take 128 registers, so Q's A fragments wait in shared
-// memory (written once per CTA, read per k-step) instead of registers, and 16-bit tiles come
-// one per step (two would hold 128 KB per CTA: one CTA per SM).
+// At head_dim 256 the untransposed form's O fragments alone take 128 registers, so Q's A
+// fragments wait in shared memory (written once per CTA, read per k-step) instead of registers
+// (key rows keep them in registers: half the accumulators), and 16-bit tiles come one per step
+// (two would hold 128 KB per CTA: one CTA per SM).
 #pragma once
 
 #include "cuda/async_copy.cuh"
