@@ -270,10 +270,6 @@ TEST(CudaCascade, DeepNestingFallsBackToPlainDecode) {
   test::expect_close(test::to_floats(out.snapshot(), c.q), test::to_floats(want, c.q), test::tolerance(c.q), "deep");
 }
 
-// A cascade_decode captured once replays correctly after the row maps, the rows' pages and
-// the lengths change within the plan's bounds (all read on the device). A decode captured
-// while sharing is present runs plain (the sharing of a replay is unknown) and stays correct
-// after the sharing changes.
 // cascade_decode_workspace_bytes: a forked batch's cascade needs its levels' partial states;
 // exactly that many bytes of ctx.workspace run it, fewer are rejected, the CPU needs none.
 TEST(CudaCascadeWorkspace, QueryGivesWhatTheOpNeeds) {
@@ -311,6 +307,10 @@ TEST(CudaCascadeWorkspace, QueryGivesWhatTheOpNeeds) {
             0u);
 }
 
+// A cascade_decode captured once replays correctly after the row maps, the rows' pages and
+// the lengths change within the plan's bounds (all read on the device). A decode captured
+// while sharing is present runs plain (the sharing of a replay is unknown) and stays correct
+// after the sharing changes.
 TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c = forked();
