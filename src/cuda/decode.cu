@@ -269,6 +269,10 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   plan.max_splits = max_len <= plan.partition_tokens
                         ? 1
                         : (max_len + plan.partition_tokens - 1) / plan.partition_tokens;
+  check_supported(plan.max_splits <= 65535, [&] {
+    return "decode on CUDA supports at most 65535 splits per sequence, got " + std::to_string(plan.max_splits) +
+           " (raise the partition size)";
+  });
   if (plan.max_splits > 1) {
     const std::int64_t parts = p.num_seqs * plan.max_splits * p.num_q_heads;
     plan.workspace_bytes = static_cast<std::size_t>(parts * (p.head_dim + 1)) * sizeof(float);
@@ -300,9 +304,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     prm.part_o = reinterpret_cast<float*>(scratch.get());
     prm.part_lse = prm.part_o + p.num_seqs * plan.max_splits * p.num_q_heads * p.head_dim;
   }
-  const dim3 grid(static_cast<unsigned>(plan.max_splits),
-                  static_cast<unsigned>(p.num_kv_heads * prm.head_tiles),
-                  static_cast<unsigned>(p.num_seqs));
+  const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
   const int lanes = choice.lanes, g_tile = choice.g_tile;
   if (use_tma_tiles(p, plan, choice, device, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
@@ -371,7 +373,7 @@ void decode_rows_one_pass(const detail::AttentionProblem& p, bool clip_keys_to_q
     if (p.key_pos_offset) chunk.key_pos_offset += r0;
     if (p.query_pos_end) chunk.query_pos_end += r0;
     prm.p = chunk;
-    const dim3 grid(1, static_cast<unsigned>(p.num_kv_heads * prm.head_tiles), static_cast<unsigned>(chunk.num_seqs));
+    const dim3 grid = decode_grid(1, p.num_kv_heads * prm.head_tiles, chunk.num_seqs);
     launch_cuda_core(prm, choice.lanes, g_tile, grid, stream);
     check_launch("paged_decode_kernel", stream);
   }

@@ -102,16 +102,25 @@ __device__ __forceinline__ void wait_for_primary_grid() {
 #endif
 }
 
-// The CTA's (sequence, split, KV head, query-head tile) from the block index: no memory
-// reads, so a kernel can issue its q loads before init_cta's page-table reads.
+// The decode grid: x the (KV head, query-head tile) pairs, y the splits, z the sequences. The
+// blocks of one split start together (x is the fastest index), so the heads of a page are read
+// at about the same time (H100, split-major vs split-fastest order: GQA 1 x 32768 56.2-56.4 vs
+// 56.5-56.7 us, 4 x 8192 56.4-56.6 vs 57.1-57.2; docs/perf-notes.md, CUDA decode v32).
+inline dim3 decode_grid(std::int64_t splits, std::int64_t head_tiles_of_all_heads, std::int64_t seqs) {
+  return dim3(static_cast<unsigned>(head_tiles_of_all_heads), static_cast<unsigned>(splits),
+              static_cast<unsigned>(seqs));
+}
+
+// The CTA's (sequence, split, KV head, query-head tile) from the block index (decode_grid): no
+// memory reads, so a kernel can issue its q loads before init_cta's page-table reads.
 __device__ __forceinline__ DecodeCta cta_coords(const DecodeKernelParams& prm, int g_tile) {
   const detail::AttentionProblem& p = prm.p;
   DecodeCta cta;
   cta.s = blockIdx.z;
-  cta.split = blockIdx.x;
-  cta.kv_head = static_cast<int>(blockIdx.y) / prm.head_tiles;
+  cta.split = blockIdx.y;
+  cta.kv_head = static_cast<int>(blockIdx.x) / prm.head_tiles;
   cta.group = static_cast<int>(p.num_q_heads / p.num_kv_heads);
-  cta.g0 = (static_cast<int>(blockIdx.y) % prm.head_tiles) * g_tile;
+  cta.g0 = (static_cast<int>(blockIdx.x) % prm.head_tiles) * g_tile;
   cta.n_g = min(g_tile, cta.group - cta.g0);
   return cta;
 }
@@ -158,6 +167,28 @@ __device__ __forceinline__ float natural_lse(float M, float L) {
   return L > 0.0f ? (M + log2f(L)) * kLn2 : detail::kNegInf;
 }
 
+// Query head h's place among the partial states (part_lse's index; part_o's row) of the CTA's split.
+__device__ __forceinline__ std::int64_t split_state_index(const DecodeKernelParams& prm, const DecodeCta& cta,
+                                                          std::int64_t h) {
+  return (cta.s * prm.max_splits + cta.split) * prm.p.num_q_heads + h;
+}
+
+// Completes query head h's state (max M, sum L, base 2) at a CTA's end: writes, if `write_lse`,
+// the split's partial LSE when its sequence is split, else the natural-log LSE with the sink
+// folded in (where the caller asked for LSEs); returns the factor that normalises the head's
+// unnormalised output (with the fp8 V scale).
+__device__ __forceinline__ float finish_head_state(const DecodeKernelParams& prm, const DecodeCta& cta, std::int64_t h,
+                                                   float M, float L, float v_scale, bool write_lse) {
+  const detail::AttentionProblem& p = prm.p;
+  if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
+    if (write_lse) prm.part_lse[split_state_index(prm, cta, h)] = L > 0.0f ? M + log2f(L) : detail::kNegInf;
+    return L > 0.0f ? v_scale / L : 0.0f;
+  }
+  const float sink_scale = fold_sink(p, h, M, L);  // M and L take the sink's term
+  if (write_lse && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+  return L > 0.0f ? sink_scale * v_scale / L : 0.0f;
+}
+
 // Merges the n_states partial states the CTA left in shared memory (state r, head g: max
 // s_m[r * g_stride + g] and sum s_l[...] in base 2, unnormalised output at
 // s_acc[(r * g_stride + g) * acc_stride + d]) and writes the result: the final output and LSE
@@ -182,16 +213,13 @@ __device__ __forceinline__ void write_cta_result(const DecodeKernelParams& prm, 
         O += w * s_acc[(r * g_stride + g) * acc_stride + d];
       }
     }
+    const float inv = finish_head_state(prm, cta, h, M, L, v_scale, d == 0);
     if (cta.n_splits > 1) {
-      const std::int64_t part = (cta.s * prm.max_splits + cta.split) * p.num_q_heads + h;
-      prm.part_o[part * D + d] = L > 0.0f ? O / L * v_scale : 0.0f;
-      if (d == 0) prm.part_lse[part] = L > 0.0f ? M + log2f(L) : neg_inf;
+      prm.part_o[split_state_index(prm, cta, h) * D + d] = O * inv;
       continue;
     }
-    O *= fold_sink(p, h, M, L);
     std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
-    store_one(o_row, p.qo.out_dtype, d, L > 0.0f ? O / L * v_scale : 0.0f);
-    if (d == 0 && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+    store_one(o_row, p.qo.out_dtype, d, O * inv);
   }
 }
 

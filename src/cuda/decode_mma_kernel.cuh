@@ -107,24 +107,6 @@ struct MmaDecodeSmem {
 // Byte offset of 16-byte chunk c (keys 8c..8c+7) of dim row d in a kVT tile of 16-bit rows.
 __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ ((d >> 2) & 1)) << 4); }
 
-// Completes query head h's state (max M, sum L, base 2) at a CTA's end: writes, if `write_lse`,
-// the split's partial LSE when its sequence is split, else the natural-log LSE with the sink
-// folded in (where the caller asked for LSEs); returns the factor that normalises the head's
-// unnormalised output (with the fp8 V scale).
-__device__ __forceinline__ float finish_head_state(const DecodeKernelParams& prm, const DecodeCta& cta, std::int64_t h,
-                                                   float M, float L, float v_scale, bool write_lse) {
-  const detail::AttentionProblem& p = prm.p;
-  if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
-    if (write_lse) {
-      prm.part_lse[(cta.s * prm.max_splits + cta.split) * p.num_q_heads + h] = L > 0.0f ? M + log2f(L) : detail::kNegInf;
-    }
-    return L > 0.0f ? v_scale / L : 0.0f;
-  }
-  const float sink_scale = fold_sink(p, h, M, L);  // M and L take the sink's term
-  if (write_lse && p.qo.lse) p.qo.lse[cta.s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
-  return L > 0.0f ? sink_scale * v_scale / L : 0.0f;
-}
-
 // The end of a kKeyRows CTA: every warp leaves its heads' rows of O (unnormalised), maxima and
 // sums in shared memory (`s_region`, free once all tiles are consumed); one thread per head folds
 // the warps' states (and the sink) into a weight per warp; then all threads write the output,
@@ -157,7 +139,6 @@ __device__ __forceinline__ void write_key_rows_result(const DecodeKernelParams& 
     if (gid == 0) s_m[warp * kHeads + head] = m[c], s_l[warp * kHeads + head] = l[c];
   }
   __syncthreads();
-  const std::int64_t H = p.num_q_heads;
   const std::int64_t h0 = static_cast<std::int64_t>(cta.kv_head) * cta.group + cta.g0;
   if (threadIdx.x < cta.n_g) {
     const int head = threadIdx.x;
@@ -190,7 +171,7 @@ __device__ __forceinline__ void write_key_rows_result(const DecodeKernelParams& 
     }
     const std::int64_t h = h0 + head;
     if (cta.n_splits > 1) {
-      *reinterpret_cast<float4*>(prm.part_o + ((cta.s * prm.max_splits + cta.split) * H + h) * head_dim + d) = acc;
+      *reinterpret_cast<float4*>(prm.part_o + split_state_index(prm, cta, h) * head_dim + d) = acc;
       continue;
     }
     std::byte* o_row = p.qo.out + (cta.s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
@@ -244,7 +225,6 @@ __device__ __forceinline__ void write_head_rows_result(const DecodeKernelParams&
   }
   __syncthreads();
   if (warp > 0) return;
-  const std::int64_t H = p.num_q_heads;
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -272,7 +252,7 @@ __device__ __forceinline__ void write_head_rows_result(const DecodeKernelParams&
     const std::int64_t h = static_cast<std::int64_t>(kv_head) * cta.group + cta.g0 + row;
     const float inv = finish_head_state(prm, cta, h, M, L, v_scale, tig == 0);
     if (cta.n_splits > 1) {  // the split's partial state, normalised, for the merge launch
-      float* o_part = prm.part_o + ((cta.s * prm.max_splits + cta.split) * H + h) * head_dim;
+      float* o_part = prm.part_o + split_state_index(prm, cta, h) * head_dim;
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
         if (n * 8 >= head_dim) break;

@@ -81,6 +81,36 @@ Context reference() {
   return ref;
 }
 
+// forked()'s batch built with `seed`, on the host and the device, with the levels
+// find_shared_prefixes lays out for it (host views and device copies).
+struct ForkedBatch {
+  Case c = forked();
+  HostProblem h;
+  AttentionParams host_params;
+  DeviceProblem d;
+  std::int64_t S, Hq, D;
+  CascadeLayout layout;
+  std::vector<CascadeLevel> host_levels;
+  DeviceLevels dev;
+
+  explicit ForkedBatch(std::uint64_t seed)
+      : h(with_shares(c, test::build(c, seed))),
+        host_params(test::params_of(c, h)),
+        d(test::to_device(h, host_params)),
+        S(static_cast<std::int64_t>(c.lens.size())),
+        Hq(c.num_q_heads),
+        D(c.head_dim),
+        layout(find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0})),
+        host_levels(layout.views()),
+        dev(to_device(host_levels)) {}
+
+ private:
+  static HostProblem with_shares(const Case& c, HostProblem h) {
+    apply_shares(c, h);
+    return h;
+  }
+};
+
 class CudaCascade : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaCascade, MatchesReference) {
@@ -196,15 +226,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaCascade, ::testing::ValuesIn(cases()),
 
 TEST(CudaCascadeErrors, RejectsBadInputAndWritesNothing) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
-  Case c = forked();
-  HostProblem h = test::build(c, 5);
-  apply_shares(c, h);
-  const AttentionParams host_params = test::params_of(c, h);
-  DeviceProblem d = test::to_device(h, host_params);
-  const std::int64_t S = static_cast<std::int64_t>(c.lens.size());
-  CascadeLayout layout = find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0});
-  std::vector<CascadeLevel> host_levels = layout.views();
-  DeviceLevels dev = to_device(host_levels);
+  ForkedBatch b(5);
+  auto& [c, h, host_params, d, S, Hq, D, layout, host_levels, dev] = b;
   DeviceBuffer out(static_cast<std::size_t>(S * c.num_q_heads * c.head_dim) * 2);
   test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
   const auto before = out.snapshot();
@@ -274,15 +297,8 @@ TEST(CudaCascade, DeepNestingFallsBackToPlainDecode) {
 // exactly that many bytes of ctx.workspace run it, fewer are rejected, the CPU needs none.
 TEST(CudaCascadeWorkspace, QueryGivesWhatTheOpNeeds) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
-  Case c = forked();
-  HostProblem h = test::build(c, 12);
-  apply_shares(c, h);
-  const AttentionParams host_params = test::params_of(c, h);
-  DeviceProblem d = test::to_device(h, host_params);
-  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
-  CascadeLayout layout = find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0});
-  const std::vector<CascadeLevel> host_levels = layout.views();
-  DeviceLevels dev = to_device(host_levels);
+  ForkedBatch b(12);
+  auto& [c, h, host_params, d, S, Hq, D, layout, host_levels, dev] = b;
   DeviceBuffer out(static_cast<std::size_t>(S * Hq * D) * 2);
   const TensorView out_view(out.get(), DType::kBF16, {S, Hq, D}, Device::cuda(0));
   Context ctx{Device::cuda(0)};
@@ -313,16 +329,9 @@ TEST(CudaCascadeWorkspace, QueryGivesWhatTheOpNeeds) {
 // after the sharing changes.
 TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
-  Case c = forked();
-  HostProblem h = test::build(c, 11);
-  apply_shares(c, h);
-  const AttentionParams host_params = test::params_of(c, h);
-  DeviceProblem d = test::to_device(h, host_params);
-  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
+  ForkedBatch b(11);
+  auto& [c, h, host_params, d, S, Hq, D, layout, host_levels, dev] = b;
   const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * 2;
-  CascadeLayout layout = find_shared_prefixes(h.table(), c.page_size, SharedPrefixOptions{0});
-  std::vector<CascadeLevel> host_levels = layout.views();
-  DeviceLevels dev = to_device(host_levels);
   DeviceBuffer out(out_bytes), workspace(64 << 20);
   cudaStream_t stream;
   test::cuda_ok(cudaStreamCreate(&stream), "stream");

@@ -220,6 +220,26 @@ TEST(CudaDecodeErrors, RejectsBadInputAndWritesNothing) {
   expect_error([&] { decode(shifted, d.q.view, d.cache, d.table, d.params, out_view, {}, split); }, "16-byte aligned");
 }
 
+// A sequence's splits are the grid's y index: a partition so small that a sequence needs more
+// than 65535 of them is rejected while planning, before anything runs.
+TEST(CudaDecodeErrors, RejectsMoreSplitsThanTheGridHolds) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c;
+  c.head_dim = 8, c.page_size = 1, c.num_q_heads = 2, c.num_kv_heads = 1, c.lens = {65537};
+  HostProblem h = build(c, 11);
+  DeviceProblem d = to_device(h, params_of(c, h));
+  DeviceBuffer out(static_cast<std::size_t>(c.num_q_heads * c.head_dim) * 2);
+  test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
+  const auto before = out.snapshot();
+  const TensorView out_view(out.get(), DType::kBF16, {1, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  const PageTable host_table = h.table();
+  const DecodeOptions one_token_splits{DecodeVariant::kSplitK, 1, &host_table};
+  test::expect_error_then_sync(
+      [&] { decode(Context{Device::cuda(0)}, d.q.view, d.cache, d.table, d.params, out_view, {}, one_token_splits); },
+      "65535 splits");
+  EXPECT_EQ(out.snapshot(), before);
+}
+
 // A decode captured once in a CUDA graph replays correctly after the lengths change (within
 // the bounds it was planned for): the kernels read lengths from device memory.
 // decode_workspace_bytes: a split plan needs its f32 partial states; exactly that many bytes of
