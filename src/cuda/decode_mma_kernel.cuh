@@ -67,7 +67,15 @@ struct MmaDecodeSmem {
   // in distinct banks; fp8 V rows are not (each lane widens the 16-byte chunks it copied). TMA
   // rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
   static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD + 32 : kRowElems * 2;
-  static constexpr int kVStageRowBytes = kFp8 ? kD : kStageRowBytes;
+  // fp8 key rows at head_dim 128 (kVInRegs): V^T's A fragments are read from the staged fp8 rows
+  // and widened in registers (no widened copy): lane (gid, tig) reads dims 16 gid .. + 15 of
+  // keys tig + {0, 4, 8, 12} as 16-byte loads, so V rows are padded by 32 bytes too (a
+  // quarter-warp's 8 loads, rows tig and chunks gid, fall in distinct banks). For those keys to be
+  // a lane's MMA columns 2 tig, 2 tig + 1, 2 tig + 8, 2 tig + 9, a tile's MMA key (column) i is
+  // staged key key_of_column(i); K rows are staged in that order (k_stage_row), and O^T's row r
+  // of m-tile n is dim 16 (r % 8) + 2 n + r / 8.
+  static constexpr bool kVInRegs = kFp8 && kKeyRows && !kVT && kD == 128;
+  static constexpr int kVStageRowBytes = kVInRegs ? kD + 32 : kFp8 ? kD : kStageRowBytes;
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // K's, and V's unless kVT
@@ -81,7 +89,7 @@ struct MmaDecodeSmem {
   static constexpr int kVTileBytes = kVT ? kD * kVtStageRowBytes : kTokens * kVStageRowBytes;
   static constexpr int kStageWarpBytes = kTileBytes + kVTileBytes;
   static constexpr int kWideTileBytes = kVT ? kD * kVtRowBytes : kTokens * kRowElems * 2;
-  static constexpr int kWideBytes = kFp8 ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
+  static constexpr int kWideBytes = kFp8 && !kVInRegs ? kWarps * kWideTileBytes : 0;  // fp8: V widened, a tile at a time
   static constexpr int kPipeBytes = kStages * kWarps * kStageWarpBytes + kWideBytes;
   // The epilogue: warps 1.. leave their 16 rows' outputs (rows of kD + 8 floats, so that a
   // half-warp's float2 stores, four rows of four lanes, fall in distinct banks), maxima and sums.
@@ -106,6 +114,11 @@ struct MmaDecodeSmem {
 
 // Byte offset of 16-byte chunk c (keys 8c..8c+7) of dim row d in a kVT tile of 16-bit rows.
 __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ ((d >> 2) & 1)) << 4); }
+
+// kVInRegs: the tile's key that is the MMAs' key column i (S^T's row i, P^T's row i), and the
+// row of the staged K tile that holds key r (the inverse: K row i is then column i's key).
+__device__ __forceinline__ int key_of_column(int i) { return (i & 8) | ((i >> 1) & 3) | ((i & 1) << 2); }
+__device__ __forceinline__ int k_stage_row(int r) { return (r & 8) | ((r & 3) << 1) | ((r >> 2) & 1); }
 
 // The end of a kKeyRows CTA: every warp leaves its heads' rows of O (unnormalised), maxima and
 // sums in shared memory (`s_region`, free once all tiles are consumed); one thread per head folds
@@ -135,7 +148,13 @@ __device__ __forceinline__ void write_key_rows_result(const DecodeKernelParams& 
     if (head >= cta.n_g) continue;
     float* row = s_out + (warp * kHeads + head) * kRow;
 #pragma unroll
-    for (int n = 0; n < kD / 16; ++n) row[n * 16 + gid] = o[n][c], row[n * 16 + gid + 8] = o[n][2 + c];
+    for (int n = 0; n < kD / 16; ++n) {
+      if constexpr (Smem::kVInRegs) {  // rows gid, gid + 8 of m-tile n are dims 16 gid + 2 n, + 1
+        *reinterpret_cast<float2*>(row + 16 * gid + 2 * n) = make_float2(o[n][c], o[n][2 + c]);
+      } else {
+        row[n * 16 + gid] = o[n][c], row[n * 16 + gid + 8] = o[n][2 + c];
+      }
+    }
     if (gid == 0) s_m[warp * kHeads + head] = m[c], s_l[warp * kHeads + head] = l[c];
   }
   __syncthreads();
@@ -443,7 +462,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   auto stage_parity = [&](std::int64_t j) { return (tile_index(j) / kStages) & 1; };
   // Row r, chunk c of a staged K (is_v = 0) or V tile.
   auto chunk_ptr = [&](unsigned char* tile, int r, int c, int is_v) {
-    return tile + r * (is_v ? Smem::kVStageRowBytes : Smem::kStageRowBytes) + c * 16;
+    if (is_v) return tile + r * Smem::kVStageRowBytes + c * 16;
+    return tile + (Smem::kVInRegs ? k_stage_row(r) : r) * Smem::kStageRowBytes + c * 16;
   };
   // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
   T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes + warp * Smem::kWideTileBytes);
@@ -651,7 +671,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           }
         }
       };
-      if constexpr (kFp8) widen_v(j);
+      if constexpr (kFp8 && !Smem::kVInRegs) widen_v(j);
       __syncwarp();  // tile j, copied (and V widened) by all lanes, is visible to all lanes
 
       // Logits of the step's tiles: n-tiles 2 h and 2 h + 1 are tile j + h's keys. A step's
@@ -757,7 +777,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = kKeyRows ? e & 1 : e >> 1;  // the state's row (head) of the element
-            const int k = kKeyRows ? gid + 8 * (e >> 1) : nt * 8 + tig * 2 + (e & 1);
+            const int k = kKeyRows ? (Smem::kVInRegs ? key_of_column(gid) : gid) + 8 * (e >> 1) : nt * 8 + tig * 2 + (e & 1);
             float& x = sc[(kScTiles / kStep) * h + nt][e];
             if (!plain) {
               x *= s_mul;
@@ -825,14 +845,32 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       for (int h = 0; h < kStep; ++h) {
         if (h > 0) {
           if (h >= step_tiles) break;
-          if constexpr (kFp8) {
+          if constexpr (kFp8 && !Smem::kVInRegs) {
             __syncwarp();  // every lane's ldmatrix of the previous tile's widened V is done
             widen_v(j + h);
             __syncwarp();
           }
         }
-        const T* v_tile = v_tile_ptr(j + h);
-        if constexpr (kKeyRows) {
+        [[maybe_unused]] const T* v_tile = v_tile_ptr(j + h);
+        if constexpr (Smem::kVInRegs) {
+          // V^T's A fragments straight from the staged fp8 rows: keys tig + 4 i (columns 2 tig,
+          // 2 tig + 1, 2 tig + 8, 2 tig + 9), dims 16 gid .. + 15; m-tile n takes dims 16 gid + 2 n
+          // (row gid) and + 1 (row gid + 8), bytes 2 (n % 2) and + 1 of word n / 2.
+          const unsigned char* rows = stage_ptr(j + h, 1) + 16 * gid;
+          uint4 vr[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) vr[i] = *reinterpret_cast<const uint4*>(rows + (tig + 4 * i) * Smem::kVStageRowBytes);
+          auto word = [](const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; };
+#pragma unroll
+          for (int n = 0; n < kOTiles; ++n) {
+            const unsigned sel = n % 2 == 0 ? 0x5140u : 0x7362u;  // bytes b, b of the pair's rows, then b + 1
+            const std::uint32_t lo = __byte_perm(word(vr[0], n / 2), word(vr[1], n / 2), sel);
+            const std::uint32_t hi = __byte_perm(word(vr[2], n / 2), word(vr[3], n / 2), sel);
+            const std::uint32_t a[4] = {fp8x2_to_f16x2<KV>(lo, 0), fp8x2_to_f16x2<KV>(lo, 1),
+                                        fp8x2_to_f16x2<KV>(hi, 0), fp8x2_to_f16x2<KV>(hi, 1)};
+            mma16816<T>(o[n], a, pa[h][0], pa[h][1]);
+          }
+        } else if constexpr (kKeyRows) {
           // V^T's A fragment of dims 16 n..: matrices (dims +0-7 | +8-15) x (keys 0-7 | 8-15).
 #pragma unroll
           for (int n = 0; n < kOTiles; ++n) {
