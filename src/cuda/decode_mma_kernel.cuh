@@ -17,9 +17,10 @@
 // the K/V scales fold into the logit scale and the final output; K's fragments (B, or A with
 // key rows) come straight from the fp8 rows (8 bytes per lane and pair of k-steps, widened in
 // registers: the k-steps' dims are a permutation of the head dims, and q's fragments take the
-// same one), while each lane widens the V chunks it
-// copied to f16 (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile that
-// ldmatrix transposes.
+// same one). V^T's A fragments with key rows at head_dim 128 are widened in registers too
+// (MmaDecodeSmem::kVInRegs: the key columns and dim rows are permuted so that a lane reads 16
+// bytes of each of its keys); elsewhere each lane widens the V chunks it copied to f16
+// (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile that ldmatrix transposes.
 // On Hopper, 16-bit caches whose pages hold whole tiles take the TMA variant (kTma): one lane
 // copies a tile as four tensor boxes (K and V, two 64-dim halves each) into 128-byte-swizzled
 // rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
@@ -39,11 +40,12 @@
 namespace pagedattn::cuda {
 
 // Shared memory of one CTA: staged page ids, then the per-warp cp.async pipeline
-// ([stage][warp][k|v] tiles of kTokens rows) followed, for fp8, by each warp's widened K/V
-// tiles; after the loop the same region holds the warps' states for the final merge.
-// Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128, one tile per step) lets 4
-// CTAs share an SM, so one CTA's start (page ids, Q, pipeline fill) and end (merge, writes)
-// overlap three others' streaming instead of one (two-tile steps: 69 KB, 3 CTAs; fp8 52 KB).
+// ([stage][warp][k|v] tiles of kTokens rows) followed, for fp8 without kVInRegs, by each
+// warp's widened V tile; after the loop the same region holds the warps' states for the
+// final merge. Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128, one tile per
+// step) lets 4 CTAs share an SM, so one CTA's start (page ids, Q, pipeline fill) and end
+// (merge, writes) overlap three others' streaming instead of one (two-tile steps: 69 KB,
+// 3 CTAs; fp8 52 KB, 44 KB with kVInRegs).
 // The TMA kernel also comes with four warps (kWideWarps), for grids too small to give every
 // SM more than one CTA: there two warps alone could not keep enough tiles in flight.
 constexpr int kMmaDecodeWarps = 2;
