@@ -768,6 +768,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       // gid + 8 (e >> 1), column 2 tig + (e & 1): a (head, key) pair, or with kKeyRows (key, head).
       constexpr int kScTiles = kKeyRows ? kStep : 2 * kStep;
       float rmax[2] = {kNegInf, kNegInf};
+      const int key_row0 = kKeyRows && Smem::kVInRegs ? key_of_column(gid) : gid;  // kKeyRows: key of row gid
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
         const std::int64_t t0 = tile_start(j + h);
@@ -779,7 +780,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = kKeyRows ? e & 1 : e >> 1;  // the state's row (head) of the element
-            const int k = kKeyRows ? (Smem::kVInRegs ? key_of_column(gid) : gid) + 8 * (e >> 1) : nt * 8 + tig * 2 + (e & 1);
+            const int k = kKeyRows ? key_row0 + 8 * (e >> 1) : nt * 8 + tig * 2 + (e & 1);
             float& x = sc[(kScTiles / kStep) * h + nt][e];
             if (!plain) {
               x *= s_mul;
@@ -853,7 +854,6 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             __syncwarp();
           }
         }
-        [[maybe_unused]] const T* v_tile = v_tile_ptr(j + h);
         if constexpr (Smem::kVInRegs) {
           // V^T's A fragments straight from the staged fp8 rows: keys tig + 4 i (columns 2 tig,
           // 2 tig + 1, 2 tig + 8, 2 tig + 9), dims 16 gid .. + 15; m-tile n takes dims 16 gid + 2 n
@@ -874,6 +874,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           }
         } else if constexpr (kKeyRows) {
           // V^T's A fragment of dims 16 n..: matrices (dims +0-7 | +8-15) x (keys 0-7 | 8-15).
+          const T* v_tile = v_tile_ptr(j + h);
 #pragma unroll
           for (int n = 0; n < kOTiles; ++n) {
             std::uint32_t a[4];
@@ -890,6 +891,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             mma16816<T>(o[n], a, pa[h][0], pa[h][1]);
           }
         } else {
+          const T* v_tile = v_tile_ptr(j + h);
 #pragma unroll
           for (int n = 0; n < kD / 8; n += 2) {
             std::uint32_t b[4];  // dims n*8.. and (n+1)*8.., keys 0-7 and 8-15

@@ -240,8 +240,6 @@ TEST(CudaDecodeErrors, RejectsMoreSplitsThanTheGridHolds) {
   EXPECT_EQ(out.snapshot(), before);
 }
 
-// A decode captured once in a CUDA graph replays correctly after the lengths change (within
-// the bounds it was planned for): the kernels read lengths from device memory.
 // decode_workspace_bytes: a split plan needs its f32 partial states; exactly that many bytes of
 // ctx.workspace run the op, fewer are rejected before anything runs, and a one-pass plan and
 // the CPU need none.
@@ -279,6 +277,8 @@ TEST(CudaDecodeWorkspace, QueryGivesWhatTheOpNeeds) {
             0u);
 }
 
+// A decode captured once in a CUDA graph replays correctly after the lengths change (within
+// the bounds it was planned for): the kernels read lengths from device memory.
 TEST(CudaDecodeGraph, ReplaysWithNewLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;
