@@ -60,8 +60,10 @@ if ((!skip_bench)); then
   build-gpu/pagedattn bench decode --device cuda --standard-shapes --json --out "$RESULTS_DIR/decode_cuda.json" >/dev/null || status=1
   log "PyTorch SDPA on the same shapes"
   PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_decode.py --out "$RESULTS_DIR/decode_torch.json" >/dev/null || status=1
+  log "read floors: a contiguous one-launch read of each shape's bytes"
+  PYTHONUNBUFFERED=1 python3 bench/torch_read_floor.py --out "$RESULTS_DIR/decode_floor.json" >/dev/null || status=1
   python3 tools/device/results_table.py "$RESULTS_DIR/decode_cuda.json" "$RESULTS_DIR/decode_torch.json" \
-    | tee "$RESULTS_DIR/decode.md"
+    "$RESULTS_DIR/decode_floor.json" | tee "$RESULTS_DIR/decode.md"
   # Compute-bound kernels run at the clock the GPU's power limit leaves them, which moves with
   # its temperature: the prefill benchmark and its competitors take turns for PREFILL_ROUNDS
   # rounds and the table compares medians.
