@@ -107,7 +107,9 @@ struct DecodeOptions {
 };
 
 // One query per sequence, at its last position. q, out: [num_seqs, num_q_heads, head_dim];
-// lse (optional): f32 [num_seqs, num_q_heads].
+// lse (optional): f32 [num_seqs, num_q_heads]. Every attention op (decode, prefill,
+// cascade_decode) may write out over q itself (the same view: in place); any other overlap of
+// out, lse and q, or of an output with itself, is rejected.
 void decode(const Context& ctx, const TensorView& q, const PagedKV& cache, const PageTable& table,
             const AttentionParams& params, const TensorView& out, const TensorView& lse = {},
             const DecodeOptions& options = {});

@@ -244,6 +244,49 @@ TEST(BadInputBaseline, ValidArgumentsAreAccepted) {
   for (Call op : kAttention) EXPECT_NO_THROW(call(op, args)) << "csr, op " << static_cast<int>(op);
 }
 
+// Memory that is shared without any element in common is accepted: out == q (in place), q and
+// out as interleaved halves of one buffer's rows, and a stacked cache ([pages, 2, ...]) whose K
+// and V alternate page by page.
+TEST(BadInputBaseline, SharedButDisjointMemoryIsAccepted) {
+  for (Call op : kAttention) {
+    for (DecodeVariant variant : {DecodeVariant::kOnePass, DecodeVariant::kSplitK}) {
+      auto apart = std::make_unique<Problem>();
+      Args apart_args(*apart);
+      apart_args.options.variant = variant;
+      apart_args.options.partition_size = variant == DecodeVariant::kSplitK ? kPageSize : 0;
+      call(op, apart_args);
+      auto in_place = std::make_unique<Problem>();
+      Args args(*in_place);
+      args.options = apart_args.options;
+      args.out = args.q;
+      args.out5 = args.q5;
+      EXPECT_NO_THROW(call(op, args)) << "in place, op " << static_cast<int>(op);
+      // Each query's output replaces it only once every read of it is done.
+      EXPECT_EQ(op == Call::kPrefill ? in_place->q5 : in_place->q, op == Call::kPrefill ? apart->out5 : apart->out)
+          << "in place, op " << static_cast<int>(op);
+    }
+  }
+  for (Call op : kAttention) {
+    auto setup = std::make_unique<Problem>();
+    Args args(*setup);
+    float* rows = setup->scratch.data();  // [token][q or out][head][dim]
+    for (auto [q, out] : {std::pair{&Args::q, &Args::out}, std::pair{&Args::q5, &Args::out5}}) {
+      const std::int64_t n = (args.*q).size(0);
+      args.*q = TensorView(rows, DType::kF32, {n, kQHeads, kDim}, {2 * kQHeads * kDim, kDim, 1});
+      args.*out = TensorView(rows + kQHeads * kDim, DType::kF32, {n, kQHeads, kDim}, {2 * kQHeads * kDim, kDim, 1});
+    }
+    EXPECT_NO_THROW(call(op, args)) << "interleaved q/out, op " << static_cast<int>(op);
+  }
+  for (Call op : kCacheUsers) {
+    auto setup = std::make_unique<Problem>();
+    Args args(*setup);
+    const TensorView stacked(setup->scratch.data(), DType::kF16, {kPages, 2, kPageSize, kKVHeads, kDim});
+    args.cache.k = stacked.select(1, 0);
+    args.cache.v = stacked.select(1, 1);
+    EXPECT_NO_THROW(call(op, args)) << "stacked cache, op " << static_cast<int>(op);
+  }
+}
+
 }  // namespace
 }  // namespace pagedattn::testing
 
@@ -326,6 +369,33 @@ std::vector<BadInput> bad_inputs() {
          a.cache.v = remake(a.cache.v, DType::kF8E4M3);
          a.cache.k_head_scales = TensorView(s.scratch.data(), DType::kF32, {kKVHeads + 1});
        }},
+      {"Fp8HeadScaleZero", kCacheUsers, kInvalid, {"cache.k_head_scales[1] must be finite and > 0"},
+       [](A& a, S& s) {
+         a.cache.k = remake(a.cache.k, DType::kF8E4M3);
+         a.cache.v = remake(a.cache.v, DType::kF8E4M3);
+         s.scratch[1] = 0.0f;
+         a.cache.k_head_scales = TensorView(s.scratch.data(), DType::kF32, {kKVHeads});
+       }},
+      {"Fp8HeadScaleNaN", kCacheUsers, kInvalid, {"cache.v_head_scales[0] must be finite and > 0"},
+       [](A& a, S& s) {
+         a.cache.k = remake(a.cache.k, DType::kF8E5M2);
+         a.cache.v = remake(a.cache.v, DType::kF8E5M2);
+         s.scratch[8] = kNaN;
+         a.cache.v_head_scales = TensorView(s.scratch.data() + 8, DType::kF32, {kKVHeads});
+       }},
+      {"CacheKAndVSameMemory", kCacheUsers, kInvalid, {"cache.k and cache.v overlap in memory"},
+       [](A& a, S&) { a.cache.v = a.cache.k; }},
+      {"CacheVInsideK", kCacheUsers, kInvalid, {"cache.k and cache.v overlap in memory"},
+       [](A& a, S&) {  // V starts one page into K's memory: K's pages 1.. are V's pages 0..
+         a.cache.v = TensorView(static_cast<std::byte*>(a.cache.k.data()) + kPageSize * kKVHeads * kDim * 2,
+                                DType::kF16, {kPages - 1, kPageSize, kKVHeads, kDim});
+         a.cache.k = a.cache.k.slice(0, 0, kPages - 1);
+       }},
+      {"CachePagesOverlap", kCacheUsers, kInvalid, {"cache.k addresses some elements twice"},
+       [](A& a, S&) {  // a page stride of one token row: page p + 1 starts at page p's second row
+         a.cache.k = TensorView(a.cache.k.data(), DType::kF16, {kPages, kPageSize, kKVHeads, kDim},
+                                {kKVHeads * kDim, kKVHeads * kDim, kDim, 1});
+       }},
       {"VllmWrongChunk", kCacheUsers, kInvalid, {"cache.k (vllm layout) last dimension is 4"},
        [](A& a, S& s) {
          a.cache.layout = KVLayout::kVllmSplit;
@@ -353,6 +423,23 @@ std::vector<BadInput> bad_inputs() {
       {"OutWrongDtype", kAttention, kInvalid, {"out has dtype i32"}, on_out([](const TensorView& t, S&) { return remake(t, DType::kI32); })},
       {"OutOnOtherDevice", kAttention, kInvalid, {"out is on cuda:0"}, on_out([](const TensorView& t, S&) { return on_cuda(t); })},
       {"OutNullPointer", kAttention, kInvalid, {"out has", "null pointer"}, on_out([](const TensorView& t, S&) { return null_data(t); })},
+      {"OutRowsAlias", kAttention, kInvalid, {"out addresses some elements twice"},
+       on_out([](const TensorView& t, S&) {  // token stride 0: every token's output in one place
+         return TensorView(t.data(), t.dtype(), {t.size(0), t.size(1), t.size(2)}, {0, t.stride(1), 1});
+       })},
+      {"OutOverlapsQ", kAttention, kInvalid, {"out overlaps q in memory"},
+       [](A& a, S& s) {  // out one head behind q in the same buffer: writing it would clobber q
+         for (auto [q, out] : {std::pair{&A::q, &A::out}, std::pair{&A::q5, &A::out5}}) {
+           const TensorView& t = a.*q;
+           a.*q = TensorView(s.scratch.data(), t.dtype(), {t.size(0), t.size(1), t.size(2)});
+           a.*out = TensorView(s.scratch.data() + kDim, t.dtype(), {t.size(0), t.size(1), t.size(2)});
+         }
+       }},
+      {"LseOverOut", kAttention, kInvalid, {"lse overlaps out in memory"},
+       [](A& a, S&) {
+         a.lse = TensorView(a.out.data(), DType::kF32, {a.lse.size(0), a.lse.size(1)});
+         a.lse5 = TensorView(a.out5.data(), DType::kF32, {a.lse5.size(0), a.lse5.size(1)});
+       }},
       {"LseWrongShape", kAttention, kInvalid, {"lse dimension 1 (num_q_heads) is 2"},
        on_lse([](const TensorView& t, S&) { return TensorView(t.data(), t.dtype(), {t.size(0), 2}); })},
       {"LseWrongDtype", kAttention, kInvalid, {"lse has dtype f16"}, on_lse([](const TensorView& t, S&) { return remake(t, DType::kF16); })},
