@@ -69,13 +69,20 @@ TensorView from_dlpack(const DLTensor& t, std::optional<DType> fp8) {
   const Device device = device_of(t.device);
   const auto rank = static_cast<std::size_t>(t.ndim);
   std::array<std::int64_t, TensorView::kMaxRank> shape{}, strides{};
-  std::int64_t numel = 1, stride = 1;
+  // numel: the elements of dimensions d and after, the row-major stride of dimension d - 1. A
+  // product past int64 wrapped, to 0 for [2^40, 2^20, 1, 16], and a null data pointer passed
+  // the check below; so, as TensorView counts them, the non-zero sizes must multiply within int64.
+  std::int64_t numel = 1, nonzero = 1;
   for (std::size_t d = rank; d-- > 0;) {
     shape[d] = t.shape[d];
     check_arg(shape[d] >= 0, [&] { return "DLPack tensor has a negative size in dimension " + std::to_string(d); });
-    strides[d] = t.strides != nullptr ? t.strides[d] : stride;
-    stride *= shape[d];
-    numel *= shape[d];
+    check_arg(shape[d] == 0 || !__builtin_mul_overflow(nonzero, shape[d], &nonzero), [&] {
+      std::string s = "DLPack tensor of shape [";
+      for (std::size_t i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+      return s + "] has more elements than an int64 counts";
+    });
+    strides[d] = t.strides != nullptr ? t.strides[d] : numel;
+    numel *= shape[d];  // within int64: at most `nonzero`
   }
   check_arg(numel == 0 || t.data != nullptr, "DLPack tensor has elements but a null data pointer");
   void* data = t.data == nullptr ? nullptr : static_cast<std::byte*>(t.data) + t.byte_offset;

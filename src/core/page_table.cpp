@@ -60,7 +60,8 @@ CsrPageTableData to_csr(const BlockTable& table, std::int64_t page_size) {
   const std::int64_t row_stride = table.block_table.stride(0), col_stride = table.block_table.stride(1);
   for (std::int64_t s = 0; s < n; ++s) {
     const std::int64_t len = lens[s * table.seq_lens.stride(0)];
-    const std::int64_t pages = (len + page_size - 1) / page_size;
+    // Not (len + page_size - 1) / page_size, which overflows for page sizes near INT64_MAX.
+    const std::int64_t pages = len <= 0 ? 0 : (len - 1) / page_size + 1;
     check_arg(len >= 0 && pages <= max_pages, [&] {
       return "seq_lens[" + std::to_string(s) + "] = " + std::to_string(len) + " does not fit in " +
           std::to_string(max_pages) + " pages of " + std::to_string(page_size);
@@ -106,6 +107,10 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
     return static_cast<std::int64_t>(*static_cast<const std::int32_t*>(t.element_ptr({i})));
   };
   check_arg(at(table.indptr, 0) == 0, "indptr[0] must be 0");
+  // Every check before the table is written: indptr, each sequence's length, which must fit its
+  // i32 seq_lens entry ((count - 1) * page_size + last overflowed for large page sizes), and the
+  // page ids it uses.
+  constexpr std::int64_t kMaxLen = std::numeric_limits<std::int32_t>::max();
   BlockTableData out;
   out.num_seqs = n;
   for (std::int64_t s = 0; s < n; ++s) {
@@ -114,6 +119,28 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
       return "indptr is decreasing or past the end of indices at " + std::to_string(s + 1);
     });
     out.max_pages = std::max(out.max_pages, count);
+    if (count > 0) {
+      const std::int64_t last = at(table.last_page_len, s);
+      check_arg(last >= 1 && last <= page_size, [&] {
+        return "last_page_len[" + std::to_string(s) + "] is " + std::to_string(last) + ", expected [1, " +
+               std::to_string(page_size) + "]";
+      });
+      check_arg(count - 1 <= (kMaxLen - last) / page_size, [&] {
+        return "sequence " + std::to_string(s) + " has " + std::to_string(count) + " pages of " +
+               std::to_string(page_size) + " tokens and last_page_len[" + std::to_string(s) + "] = " +
+               std::to_string(last) + ": its length exceeds " + std::to_string(kMaxLen) +
+               ", the most an i32 seq_lens entry holds";
+      });
+    }
+    // As to_csr: a used entry names a page of the pool (unused ones, past indptr[n], may hold
+    // anything).
+    for (std::int64_t i = at(table.indptr, s); i < at(table.indptr, s + 1); ++i) {
+      const std::int64_t id = at(table.indices, i);
+      check_arg(id >= 0, [&] {
+        return "indices[" + std::to_string(i) + "] is " + std::to_string(id) + " but sequence " + std::to_string(s) +
+               " uses that page";
+      });
+    }
   }
   out.block_table.assign(static_cast<std::size_t>(n * out.max_pages), -1);
   out.seq_lens.assign(static_cast<std::size_t>(n), 0);
@@ -124,12 +151,8 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
           static_cast<std::int32_t>(at(table.indices, begin + j));
     }
     if (count > 0) {
-      const std::int64_t last = at(table.last_page_len, s);
-      check_arg(last >= 1 && last <= page_size, [&] {
-        return "last_page_len[" + std::to_string(s) + "] is " + std::to_string(last) + ", expected [1, " +
-               std::to_string(page_size) + "]";
-      });
-      out.seq_lens[static_cast<std::size_t>(s)] = static_cast<std::int32_t>((count - 1) * page_size + last);
+      out.seq_lens[static_cast<std::size_t>(s)] =
+          static_cast<std::int32_t>((count - 1) * page_size + at(table.last_page_len, s));
     }
   }
   return out;

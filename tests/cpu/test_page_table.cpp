@@ -2,6 +2,7 @@
 // garbage, strided inputs, errors, and ops over degenerate but legal tables.
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -134,6 +135,63 @@ TEST(PageTable, ConversionErrorsAreInvalidArgument) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
     }
   }
+}
+
+// Runs `f` and expects an invalid-argument Error whose message contains `needle`.
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(PageTable, ToBlockTableRejectsSeqLensPastI32) {
+  // 3 pages of 2^30 tokens: seq_lens[0] was written as 2^31 + 1 wrapped to -2147483647.
+  std::vector<std::int32_t> indptr = {0, 3}, indices = {0, 1, 2}, last = {1};
+  const CsrPageTable csr{TensorView(indptr.data(), DType::kI32, {2}), TensorView(indices.data(), DType::kI32, {3}),
+                         TensorView(last.data(), DType::kI32, {1})};
+  expect_error([&] { (void)to_block_table(csr, std::int64_t{1} << 30); },
+               "sequence 0 has 3 pages of 1073741824 tokens and last_page_len[0] = 1");
+  expect_error([&] { (void)to_block_table(csr, std::numeric_limits<std::int64_t>::max()); }, "sequence 0 has 3 pages");
+  // The largest length an i32 holds is still accepted: 2 full pages of 2^30 - 1 and one of 1.
+  const BlockTableData bt = to_block_table(csr, (std::int64_t{1} << 30) - 1);
+  EXPECT_EQ(bt.seq_lens, (std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::max()}));
+  // One page needs no multiplication, whatever the page size.
+  std::vector<std::int32_t> one = {0, 1};
+  const CsrPageTable single{TensorView(one.data(), DType::kI32, {2}), TensorView(indices.data(), DType::kI32, {3}),
+                            TensorView(last.data(), DType::kI32, {1})};
+  EXPECT_EQ(to_block_table(single, std::numeric_limits<std::int64_t>::max()).seq_lens,
+            (std::vector<std::int32_t>{1}));
+}
+
+TEST(PageTable, ToCsrTakesAnyPageSize) {
+  // len + page_size - 1 overflowed for page_size INT64_MAX: 0 pages and last_page_len 0 for a
+  // sequence of 5 tokens.
+  std::vector<std::int32_t> bt = {7, -1, 3, -1}, lens = {5, std::numeric_limits<std::int32_t>::max()};
+  const BlockTable t{TensorView(bt.data(), DType::kI32, {2, 2}), TensorView(lens.data(), DType::kI32, {2})};
+  const CsrPageTableData csr = to_csr(t, std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(csr.indptr, (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_EQ(csr.indices, (std::vector<std::int32_t>{7, 3}));
+  EXPECT_EQ(csr.last_page_len, (std::vector<std::int32_t>{5, std::numeric_limits<std::int32_t>::max()}));
+}
+
+TEST(PageTable, ToBlockTableRejectsNegativePageIdsInUse) {
+  // to_csr rejected a negative id in a used entry and to_block_table copied it as is.
+  std::vector<std::int32_t> indptr = {0, 1, 3}, indices = {4, 1, -7, -9}, last = {2, 3};
+  const CsrPageTable csr{TensorView(indptr.data(), DType::kI32, {3}), TensorView(indices.data(), DType::kI32, {4}),
+                         TensorView(last.data(), DType::kI32, {2})};
+  expect_error([&] { (void)to_block_table(csr, 4); }, "indices[2] is -7 but sequence 1 uses that page");
+  // Past indptr[num_seqs] the entries are unused and may hold anything.
+  indptr[2] = 2;
+  const BlockTableData bt = to_block_table(csr, 4);
+  EXPECT_EQ(bt.block_table, (std::vector<std::int32_t>{4, 1}));
+  // And a negative id first in the list.
+  indices[0] = -1;
+  expect_error([&] { (void)to_block_table(csr, 4); }, "indices[0] is -1 but sequence 0 uses that page");
 }
 
 // Ops accept tables that describe nothing: no sequences, and sequences without pages whose
