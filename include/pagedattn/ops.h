@@ -66,13 +66,16 @@ void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& blo
 // dtype, page size, KV heads and head_dim (their page counts may differ) that may live on
 // different devices. It is the swap-out (GPU -> host) and swap-in (host -> GPU) of preemption by
 // swapping, or a copy between two pools. block_mapping: a host i32/i64 [n, 2] tensor of (src page,
-// dst page); no dst page twice and, when src and dst are the same cache, no page both a source
-// and a destination. Each page of K and of V must be one dense block, arranged alike in both
-// caches (every layout as KVCacheSpec::make_views and PagedKV::from_stacked give it). Values are
-// copied as stored, so fp8 caches must share their scales (the per-tensor ones are checked;
-// per-head scale tensors are not read). ctx: the GPU the caches are on (the copies are enqueued
-// on its stream; with host memory that is not page-locked they also wait for the host, and only
-// page-locked memory can be captured in a CUDA graph), or the CPU when both are in host memory.
+// dst page); no dst page twice, and no memory both read and written or written twice: a page
+// both a source and a destination when src and dst are the same cache, or pages of src and dst
+// views that overlap in memory (the pages' bytes are compared, not the caches' pointers). Each
+// page of K and of V must be one dense block, arranged alike in both caches (every layout as
+// KVCacheSpec::make_views and PagedKV::from_stacked give it). Values are copied as stored, so fp8
+// caches must share their scales (each per-tensor one is checked unless per-head scales replace
+// it in either cache; per-head scale tensors are not read). ctx: the GPU the caches are on (the
+// copies are enqueued on its stream; with host memory that is not page-locked they also wait for
+// the host, and only page-locked memory can be captured in a CUDA graph), or the CPU when both
+// are in host memory.
 void swap_blocks(const Context& ctx, const PagedKV& src, const PagedKV& dst, const TensorView& block_mapping);
 
 // ---- attention -----------------------------------------------------------------------------
@@ -175,16 +178,17 @@ std::size_t cascade_decode_workspace_bytes(const Context& ctx, const TensorView&
 
 // (v_a, lse_a) (+) (v_b, lse_b): v [n, num_heads, head_dim] (f32/f16/bf16, contiguous along
 // head_dim), lse f32 [n, num_heads]. lse_out is optional. v_out may alias v_a or v_b (and
-// lse_out lse_a or lse_b), element for element. A state with LSE -inf is empty and contributes
-// nothing; if both are empty the result is 0 with LSE -inf. Runs on the CPU and on CUDA (all
-// tensors on the GPU; nothing is read on the host).
+// lse_out lse_a or lse_b), element for element (the same data, dtype and strides); any other
+// overlap of an output with an input, or of the two outputs, is rejected. A state with LSE -inf
+// is empty and contributes nothing; if both are empty the result is 0 with LSE -inf. Runs on the
+// CPU and on CUDA (all tensors on the GPU; nothing is read on the host).
 void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& lse_a,
                  const TensorView& v_b, const TensorView& lse_b, const TensorView& v_out,
                  const TensorView& lse_out = {});
 
 // Merges num_states states per row: v [n, num_states, num_heads, head_dim],
 // lse f32 [n, num_states, num_heads] -> v_out [n, num_heads, head_dim], lse_out [n, num_heads]
-// (optional). Same rules as merge_state; v_out may alias one state of v.
+// (optional). Same rules as merge_state; v_out (lse_out) may alias one state of v (lse).
 void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse,
                   const TensorView& v_out, const TensorView& lse_out = {});
 

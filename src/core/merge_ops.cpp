@@ -1,8 +1,10 @@
 // merge_state and merge_states: validate, then dispatch to the context's device.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend_select.h"
+#include "core/overlap.h"
 #include "core/validate.h"
 #include "cpu/merge_states.h"
 #include "pagedattn/error.h"
@@ -39,6 +41,57 @@ cpu::StateView check_state(const Context& ctx, const TensorView& v, const Tensor
   return s;
 }
 
+// "v_out f32[...] ... starts 32 bytes after v_a f32[...] ...": two views that overlap.
+std::string relative(const TensorView& x, const std::string& x_name, const TensorView& y, const std::string& y_name) {
+  const std::ptrdiff_t delta = static_cast<const std::byte*>(x.data()) - static_cast<const std::byte*>(y.data());
+  const std::string where = delta == 0 ? std::string("at")
+                            : delta < 0  ? std::to_string(-delta) + " bytes before"
+                                         : std::to_string(delta) + " bytes after";
+  return x_name + " " + x.describe() + " starts " + where + " " + y_name + " " + y.describe();
+}
+
+constexpr const char* kAliasRule = "an output may share memory with an input only element for element";
+
+// Each (row, head) reads all of its inputs before it writes (on the CPU and on CUDA), so an
+// output may be an input element for element. Any other shared byte lets one (row, head)'s
+// write reach an input that another has yet to read, making the result depend on the order of
+// the work: rejected, for both backends, before anything is written.
+void check_output(const TensorView& out, const std::string& out_name, const TensorView& in,
+                  const std::string& in_name) {
+  check_arg(detail::same_view(out, in) || !detail::views_overlap(out, in), [&] {
+    return out_name + " overlaps " + in_name + " without being the same view of it (" +
+           relative(out, out_name, in, in_name) + "): " + kAliasRule;
+  });
+}
+
+// merge_states' inputs hold all states in one tensor (dimension 1): an output may be one of
+// them element for element and share no memory with the others.
+void check_output_of_states(const TensorView& out, const std::string& out_name, const TensorView& in,
+                            const std::string& in_name) {
+  for (std::int64_t i = 0; i < in.size(1); ++i) {
+    if (!detail::same_view(out, in.select(1, i))) continue;
+    // One state exactly; the others share none of its memory unless `in` repeats elements
+    // (a broadcast dimension), which the element-wise test below then settles.
+    if (detail::elements_distinct(in)) return;
+    for (std::int64_t j = 0; j < in.size(1); ++j) {
+      check_output(out, out_name, in.select(1, j), in_name + " state " + std::to_string(j));
+    }
+    return;
+  }
+  check_arg(!detail::views_overlap(out, in), [&] {
+    return out_name + " overlaps " + in_name + " without being one of its states (" +
+           relative(out, out_name, in, in_name) + "): " + kAliasRule;
+  });
+}
+
+// The two outputs never share memory.
+void check_outputs_apart(const TensorView& v_out, const TensorView& lse_out) {
+  check_arg(!lse_out.defined() || !detail::views_overlap(v_out, lse_out), [&] {
+    return "lse_out overlaps v_out (" + relative(lse_out, "lse_out", v_out, "v_out") +
+           "): the outputs may not share memory";
+  });
+}
+
 #if PAGEDATTN_WITH_CUDA
 // A validated state as the CUDA kernel takes it: one state (count 1) of a set.
 cuda::StateSet one_state(const cpu::StateView& s) {
@@ -61,6 +114,14 @@ void merge_state(const Context& ctx, const TensorView& v_a, const TensorView& ls
       check_state(ctx, v_a, lse_a, "v_a", "lse_a", n, heads, dim, true),
       check_state(ctx, v_b, lse_b, "v_b", "lse_b", n, heads, dim, true)};
   const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
+  for (auto [o, o_name] : {std::pair{&v_out, "v_out"}, std::pair{&lse_out, "lse_out"}}) {
+    if (!o->defined()) continue;
+    for (auto [in, in_name] :
+         {std::pair{&v_a, "v_a"}, std::pair{&lse_a, "lse_a"}, std::pair{&v_b, "v_b"}, std::pair{&lse_b, "lse_b"}}) {
+      check_output(*o, o_name, *in, in_name);
+    }
+  }
+  check_outputs_apart(v_out, lse_out);
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA
     const cuda::ScopedDevice on_device(ctx.device.index);
@@ -83,6 +144,13 @@ void merge_states(const Context& ctx, const TensorView& v, const TensorView& lse
   detail::check_dim(lse, "lse", 2, heads, "num_heads");
   check_arg(v.stride(3) == 1, "v must be contiguous along head_dim");
   const cpu::StateView out = check_state(ctx, v_out, lse_out, "v_out", "lse_out", n, heads, dim, false);
+  for (auto [o, o_name] : {std::pair{&v_out, "v_out"}, std::pair{&lse_out, "lse_out"}}) {
+    if (!o->defined()) continue;
+    for (auto [in, in_name] : {std::pair{&v, "v"}, std::pair{&lse, "lse"}}) {
+      check_output_of_states(*o, o_name, *in, in_name);
+    }
+  }
+  check_outputs_apart(v_out, lse_out);
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA
     const cuda::ScopedDevice on_device(ctx.device.index);

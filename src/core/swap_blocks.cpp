@@ -10,6 +10,7 @@
 
 #include "core/backend_select.h"
 #include "core/dense_pages.h"
+#include "core/overlap.h"
 #include "core/page_run.h"
 #include "core/validate.h"
 #include "cpu/cache_writes.h"
@@ -61,9 +62,18 @@ void check_geometry(const PagedKV& src, const PagedKV& dst, const detail::KVCach
                             std::tuple{s.head_dim, d.head_dim, "head_dim"}}) {
     check_arg(a == b, [&] { return "dst has " + std::string(what) + " " + str(b) + " but src has " + str(a); });
   }
-  if (is_fp8(s.dtype) && !src.k_head_scales.defined() && !dst.k_head_scales.defined()) {
-    check_arg(src.k_scale == dst.k_scale && src.v_scale == dst.v_scale,
-              "src and dst are fp8 caches with different scales: their stored values would change meaning");
+  // Each per-tensor scale matters unless per-head scales replace it in both caches (per-head
+  // K scales say nothing of V's per-tensor one).
+  if (is_fp8(s.dtype)) {
+    const bool k_heads = src.k_head_scales.defined() || dst.k_head_scales.defined();
+    const bool v_heads = src.v_head_scales.defined() || dst.v_head_scales.defined();
+    for (auto [sa, da, head_scales, what] : {std::tuple{src.k_scale, dst.k_scale, k_heads, "k_scale"},
+                                             std::tuple{src.v_scale, dst.v_scale, v_heads, "v_scale"}}) {
+      check_arg(head_scales || sa == da, [&] {
+        return "src and dst are fp8 caches with different scales: dst." + std::string(what) + " " + std::to_string(da) +
+               " but src." + what + " " + std::to_string(sa) + " (their stored values would change meaning)";
+      });
+    }
   }
   for (auto [a, b, name] : {std::tuple{&s.k, &d.k, "K"}, std::tuple{&s.v, &d.v, "V"}}) {
     check_supported(detail::dense_pages(*a, s) && detail::dense_pages(*b, d) && same_arrangement(*a, *b), [&] {
@@ -74,7 +84,7 @@ void check_geometry(const PagedKV& src, const PagedKV& dst, const detail::KVCach
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> checked_mapping(const TensorView& m, const detail::KVCacheAccess& s,
-                                                                   const detail::KVCacheAccess& d, bool same_cache) {
+                                                                   const detail::KVCacheAccess& d) {
   detail::check_tensor(Context::cpu(), m, "block_mapping", {DType::kI32, DType::kI64}, 2);
   detail::check_dim(m, "block_mapping", 1, 2, "(src, dst)");
   const std::int64_t n = m.size(0);
@@ -83,7 +93,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> checked_mapping(const TensorV
     return m.dtype() == DType::kI32 ? std::int64_t{m.data_as<const std::int32_t>()[e]} : m.data_as<const std::int64_t>()[e];
   };
   std::vector<std::pair<std::int64_t, std::int64_t>> pairs(static_cast<std::size_t>(n));
-  std::set<std::int64_t> sources, destinations;
+  std::set<std::int64_t> destinations;
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t sp = at(i, 0), dp = at(i, 1);
     check_arg(sp >= 0 && sp < s.num_pages, [&] {
@@ -94,17 +104,53 @@ std::vector<std::pair<std::int64_t, std::int64_t>> checked_mapping(const TensorV
     });
     check_arg(destinations.insert(dp).second,
               [&] { return "block_mapping[" + str(i) + "] writes dst page " + str(dp) + " a second time"; });
-    sources.insert(sp);
     pairs[static_cast<std::size_t>(i)] = {sp, dp};
   }
-  if (same_cache) {
-    for (std::int64_t p : destinations) {
-      check_arg(!sources.contains(p), [&] {
-        return "block_mapping uses page " + str(p) + " both as a source and as a destination of one cache";
-      });
-    }
-  }
   return pairs;
+}
+
+// Memory that the mapping both reads and writes, or writes twice, would come out depending on
+// the order of the copies (runs go one after another, a run's pages in whatever order the copy
+// takes). A page both a source and a destination of one cache is one such case; views of src and
+// dst that overlap from different base pointers are another, so the test is on the bytes of the
+// pages of K and V that the mapping reads and writes, not on the caches' pointers.
+void check_apart(const std::vector<std::pair<std::int64_t, std::int64_t>>& pairs, const detail::KVCacheAccess& s,
+                 const detail::KVCacheAccess& d) {
+  const auto esize = static_cast<std::int64_t>(dtype_size(s.dtype));
+  const auto page_bytes = static_cast<std::uintptr_t>(s.page_size * s.num_kv_heads * s.head_dim * esize);
+  auto bytes_of = [&](const detail::KVTensorAccess& t, std::int64_t page) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data + t.offset(page, 0, 0, 0) * esize);
+    return detail::ByteRange{begin, begin + page_bytes};
+  };
+  // Range 2i is pair i's page of K, 2i + 1 its page of V.
+  std::vector<detail::ByteRange> reads, writes;
+  reads.reserve(2 * pairs.size());
+  writes.reserve(2 * pairs.size());
+  for (auto [sp, dp] : pairs) {
+    reads.push_back(bytes_of(s.k, sp));
+    reads.push_back(bytes_of(s.v, sp));
+    writes.push_back(bytes_of(d.k, dp));
+    writes.push_back(bytes_of(d.v, dp));
+  }
+  auto page = [&](std::size_t range, bool is_dst) {
+    const auto& [sp, dp] = pairs[range / 2];
+    return str(is_dst ? dp : sp) + " (" + (range % 2 ? "V" : "K") + ")";
+  };
+  const auto read_over = detail::find_overlap(writes, reads);
+  check_arg(!read_over, [&] {
+    const auto [w, r] = *read_over;
+    return "block_mapping[" + str(static_cast<std::int64_t>(w / 2)) + "] writes dst page " + page(w, true) +
+           " over memory that block_mapping[" + str(static_cast<std::int64_t>(r / 2)) + "] reads as src page " +
+           page(r, false) +
+           ": memory used both as a source and as a destination would come out depending on the copy order";
+  });
+  const auto written_twice = detail::find_overlap(writes);
+  check_arg(!written_twice, [&] {
+    const auto [w1, w2] = *written_twice;
+    return "block_mapping[" + str(static_cast<std::int64_t>(w2 / 2)) + "] writes dst page " + page(w2, true) +
+           " over memory that block_mapping[" + str(static_cast<std::int64_t>(w1 / 2)) + "] also writes as dst page " +
+           page(w1, true) + ": dst's pages overlap, so the result would depend on the copy order";
+  });
 }
 
 // Runs of pairs whose source and destination pages both advance by one, per tensor.
@@ -139,8 +185,9 @@ void swap_blocks(const Context& ctx, const PagedKV& src, const PagedKV& dst, con
   const detail::KVCacheAccess s = detail::resolve_cache(Context{src.k.device()}, src, "src");
   const detail::KVCacheAccess d = detail::resolve_cache(Context{dst.k.device()}, dst, "dst");
   check_geometry(src, dst, s, d);
-  const bool same_cache = s.k.data == d.k.data || s.v.data == d.v.data;
-  const std::vector<detail::PageRun> runs = page_runs(checked_mapping(block_mapping, s, d, same_cache), s, d);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> pairs = checked_mapping(block_mapping, s, d);
+  check_apart(pairs, s, d);
+  const std::vector<detail::PageRun> runs = page_runs(pairs, s, d);
   if (runs.empty()) return;
   if (ctx.device.type == DeviceType::kCUDA) {
 #if PAGEDATTN_WITH_CUDA

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "compare.h"
 #include "paged_fixture.h"
+#include "pagedattn/error.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/reference.h"
 
@@ -121,6 +124,121 @@ TEST(MergeState, OutputMayAliasAnInput) {
                 target.lse.view);
     expect_state(target, v, lse, DType::kF16, alias_a ? "out = a" : "out = b");
   }
+}
+
+// An Error containing `needle`, and what `snapshot` reads (every buffer the call could
+// write) unchanged.
+template <class Call, class Snapshot>
+void expect_rejected(Call&& call, Snapshot&& snapshot, const std::string& needle) {
+  const auto before = snapshot();
+  try {
+    call();
+    ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(snapshot(), before) << needle;
+}
+
+// Outputs may alias an input only element for element. One shifted by a row overwrote rows not
+// yet read (rows 1 2 3 4 merged with an equal state came out 1 1 1 1), and an lse_out over v_out's
+// memory overwrote v_out: every partial overlap is rejected, with nothing written.
+TEST(MergeState, RejectsOutputsThatPartlyOverlapAnInputOrEachOther) {
+  constexpr std::int64_t R = 4, H = 2, D = 8, kRow = H * D;
+  // Two states of equal LSE whose row r holds r + 1, each v and lse with one spare row.
+  std::vector<float> a((R + 1) * kRow, 0.0f), b, la((R + 1) * H, 0.0f), lb;
+  std::vector<float> out(R * kRow, -1.0f), lo(R * H, -1.0f);
+  for (std::int64_t i = 0; i < R * kRow; ++i) a[static_cast<std::size_t>(i)] = static_cast<float>(i / kRow + 1);
+  b = a;
+  lb = la;
+  auto v = [](std::vector<float>& m, std::int64_t first) { return TensorView(m.data() + first, DType::kF32, {R, H, D}); };
+  auto l = [](std::vector<float>& m, std::int64_t first) { return TensorView(m.data() + first, DType::kF32, {R, H}); };
+  auto snapshot = [&] {
+    std::vector<float> all;
+    for (const auto* m : {&a, &b, &la, &lb, &out, &lo}) all.insert(all.end(), m->begin(), m->end());
+    return all;
+  };
+  auto check = [&](const TensorView& lse_b, const TensorView& v_out, const TensorView& lse_out,
+                   const std::string& needle) {
+    auto call = [&] { merge_state(Context::cpu(), v(a, 0), l(la, 0), v(b, 0), lse_b, v_out, lse_out); };
+    expect_rejected(call, snapshot, needle);
+  };
+  check(l(lb, 0), v(a, kRow), l(lo, 0), "v_out overlaps v_a");  // one row on
+  check(l(lb, 0), v(b, 1), l(lo, 0), "v_out overlaps v_b");     // one element on
+  check(l(lb, 0), v(out, 0), l(la, 1), "lse_out overlaps lse_a");
+  check(l(lb, 0), v(out, 0), l(lb, H), "lse_out overlaps lse_b");
+  check(l(lb, 0), v(out, 0), l(a, kRow), "lse_out overlaps v_a");
+  check(l(out, 3), v(out, 0), l(lo, 0), "v_out overlaps lse_b");
+  check(l(lb, 0), v(out, 0), l(out, 0), "lse_out overlaps v_out");  // lse_out inside v_out
+  // The same buffers merge when outputs meet inputs element for element, or not at all.
+  merge_state(Context::cpu(), v(a, 0), l(la, 0), v(b, 0), l(lb, 0), v(out, 0), l(lo, 0));
+  merge_state(Context::cpu(), v(a, 0), l(la, 0), v(b, 0), l(lb, 0), v(a, 0), l(la, 0));
+  for (std::int64_t i = 0; i < R * kRow; ++i) {
+    const auto e = static_cast<std::size_t>(i);
+    ASSERT_EQ(out[e], static_cast<float>(i / kRow + 1)) << i;
+    ASSERT_EQ(a[e], out[e]) << i;
+  }
+  EXPECT_NEAR(la[0], std::log(2.0), 1e-6);
+}
+
+// Views that interleave without sharing an element are not an overlap: v_a, v_b and v_out as
+// slots 0, 1 and 2 of one [rows, 3, heads, dim] buffer.
+TEST(MergeState, AcceptsInterleavedOutputsThatShareNoElement) {
+  Rng rng(9);
+  const State a(rng, DType::kF32, 0.1), b(rng, DType::kF32, 0.1);
+  HostTensor packed = HostTensor::make(DType::kF32, {kRows, 3, kHeads, kDim});
+  HostTensor packed_lse = HostTensor::make(DType::kF32, {kRows, 3, kHeads});
+  const TensorView v = packed.view, lse = packed_lse.view;
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t h = 0; h < kHeads; ++h) {
+      const auto rh = static_cast<std::size_t>(r * kHeads + h);
+      for (std::int64_t d = 0; d < kDim; ++d) {
+        const auto i = rh * kDim + static_cast<std::size_t>(d);
+        *static_cast<float*>(v.element_ptr({r, 0, h, d})) = static_cast<float>(a.v_values[i]);
+        *static_cast<float*>(v.element_ptr({r, 1, h, d})) = static_cast<float>(b.v_values[i]);
+      }
+      *static_cast<float*>(lse.element_ptr({r, 0, h})) = static_cast<float>(a.lse_values[rh]);
+      *static_cast<float*>(lse.element_ptr({r, 1, h})) = static_cast<float>(b.lse_values[rh]);
+    }
+  }
+  merge_state(Context::cpu(), v.select(1, 0), lse.select(1, 0), v.select(1, 1), lse.select(1, 1), v.select(1, 2),
+              lse.select(1, 2));
+  std::vector<double> ref_v = a.v_values, ref_lse = a.lse_values;
+  reference_merge(ref_v, ref_lse, b);
+  const Comparison cv = compare(read_values(v.select(1, 2)), ref_v, tolerance_for(DType::kF32), "interleaved");
+  EXPECT_TRUE(cv.passed) << cv.message;
+  const Comparison cl = compare_lse(read_values(lse.select(1, 2)), ref_lse, "interleaved");
+  EXPECT_TRUE(cl.passed) << cl.message;
+}
+
+// merge_states: the outputs may be one state of the inputs (here state 1 of a [rows, states,
+// heads, dim] buffer, whose rows interleave with the other states'), but not overlap a state
+// partly.
+TEST(MergeStates, OutputsMayBeOneStateButNotOverlapOnePartly) {
+  Rng rng(10);
+  constexpr std::int64_t S = 3;
+  HostTensor v = HostTensor::make(DType::kF32, {kRows, S, kHeads, kDim});
+  HostTensor lse = HostTensor::make(DType::kF32, {kRows, S, kHeads});
+  v.fill_random(rng, -1.0, 1.0);
+  lse.fill_random(rng, -3.0, 5.0);
+  State separate(DType::kF32);
+  merge_states(Context::cpu(), v.view, lse.view, separate.v.view, separate.lse.view);
+  // One element on from state 0 (overlapping state 0 partly), lse one element on, lse_out
+  // over v's first elements.
+  const TensorView shifted(static_cast<float*>(v.view.data()) + 1, DType::kF32, {kRows, kHeads, kDim},
+                           {v.view.stride(0), v.view.stride(2), 1});
+  const TensorView lse_shifted(static_cast<float*>(lse.view.data()) + 1, DType::kF32, {kRows, kHeads},
+                               {lse.view.stride(0), lse.view.stride(2)});
+  const TensorView lse_over_v(v.view.data(), DType::kF32, {kRows, kHeads});
+  auto snapshot = [&] { return std::pair{read_values(v.view), read_values(lse.view)}; };
+  for (const auto& [out, lse_out, needle] : {std::tuple{shifted, lse.view.select(1, 0), "v_out overlaps v"},
+                                             std::tuple{separate.v.view, lse_shifted, "lse_out overlaps lse"},
+                                             std::tuple{separate.v.view, lse_over_v, "lse_out overlaps v"}}) {
+    expect_rejected([&] { merge_states(Context::cpu(), v.view, lse.view, out, lse_out); }, snapshot, needle);
+  }
+  merge_states(Context::cpu(), v.view, lse.view, v.view.select(1, 1), lse.view.select(1, 1));
+  expect_state(separate, read_values(v.view.select(1, 1)), read_values(lse.view.select(1, 1)), DType::kF32,
+               "out = state 1");
 }
 
 TEST(MergeStates, EqualsRepeatedMergeState) {

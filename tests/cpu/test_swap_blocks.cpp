@@ -103,6 +103,86 @@ TEST(SwapBlocksWithinOneCache, MovesPagesBetweenItsOwnPages) {
   EXPECT_EQ(cache.page(0, false), before.page(0, false));
 }
 
+// dst's views are src's shifted by one page (dst page i is src page i + 1): the caches' base
+// pointers differ, yet a mapping that reads src page 1 and writes dst page 0 would make the
+// result depend on the order of the copies. Rejected as the same cache's page would be, with
+// nothing written; a mapping whose pages do not meet in memory still copies.
+TEST(SwapBlocksOverlap, RejectsPagesBothReadAndWrittenThroughOverlappingViews) {
+  const KVCacheSpec s = spec_of(KVLayout::kNHD, DType::kBF16, 6);
+  HostCache cache(s, 8);
+  auto shifted = [&](const TensorView& t) {
+    const std::int64_t page_bytes = t.stride(0) * static_cast<std::int64_t>(dtype_size(t.dtype()));
+    return TensorView(static_cast<std::byte*>(t.data()) + page_bytes, t.dtype(),
+                      {s.num_pages - 1, s.page_size, s.num_kv_heads, s.head_dim},
+                      {t.stride(0), t.stride(1), t.stride(2), t.stride(3)});
+  };
+  PagedKV dst = cache.kv;
+  dst.k = shifted(cache.kv.k);
+  dst.v = shifted(cache.kv.v);
+  // An Error containing `needle`, and `owner` (the memory dst lies in) unchanged.
+  auto expect_rejected = [](const PagedKV& src, const PagedKV& d, HostCache& owner, std::vector<std::int64_t> m,
+                            const std::string& needle) {
+    const std::vector<std::byte> before = owner.mem;
+    try {
+      const auto n = static_cast<std::int64_t>(m.size() / 2);
+      swap_blocks(Context::cpu(), src, d, TensorView(m.data(), DType::kI64, {n, 2}));
+      ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(owner.mem, before) << needle;
+  };
+  // Page 1 of src is read by the second pair and written (as dst page 0) by the first.
+  expect_rejected(cache.kv, dst, cache, {0, 0, 1, 1},
+                  "block_mapping[0] writes dst page 0 (K) over memory that block_mapping[1] reads as src page 1 (K)");
+  expect_rejected(cache.kv, dst, cache, {1, 0}, "both as a source and as a destination");
+  // dst's K and V over one buffer: each page's K and V copies land on the same bytes.
+  HostCache into(s, 9);
+  PagedKV kv_alike = into.kv;
+  kv_alike.v = kv_alike.k;
+  expect_rejected(cache.kv, kv_alike, into, {0, 3},
+                  "block_mapping[0] writes dst page 3 (V) over memory that block_mapping[0] also writes as dst page 3 (K)");
+  // src page 0 -> dst page 1 (src page 2): no page is both read and written.
+  const HostCache before = cache;
+  std::vector<std::int64_t> m = {0, 1};
+  swap_blocks(Context::cpu(), cache.kv, dst, TensorView(m.data(), DType::kI64, {1, 2}));
+  for (bool is_v : {false, true}) {
+    EXPECT_EQ(cache.page(2, is_v), before.page(0, is_v));
+    EXPECT_EQ(cache.page(1, is_v), before.page(1, is_v));
+  }
+}
+
+// Each per-tensor fp8 scale is checked unless per-head scales replace that one: per-head K
+// scales say nothing about V's.
+TEST(SwapBlocksScales, ChecksEachPerTensorScaleOnItsOwn) {
+  const KVCacheSpec s = spec_of(KVLayout::kNHD, DType::kF8E4M3, 6);
+  const HostCache src_cache(s, 10);
+  HostCache dst(s, 11);
+  std::vector<float> head_scales(static_cast<std::size_t>(s.num_kv_heads), 1.0f);
+  const TensorView scales(head_scales.data(), DType::kF32, {s.num_kv_heads});
+  std::vector<std::int64_t> m = {0, 1};
+  const TensorView mapping(m.data(), DType::kI64, {1, 2});
+  PagedKV src = src_cache.kv;
+  src.k_head_scales = scales;
+  src.v_scale = 1.0f;
+  dst.kv.v_scale = 8.0f;
+  const std::vector<std::byte> before = dst.mem;
+  try {
+    swap_blocks(Context::cpu(), src, dst.kv, mapping);
+    ADD_FAILURE() << "accepted v_scale 1 -> 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different scales"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("v_scale"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dst.mem, before);
+  // With per-head K scales on both sides the per-tensor k_scale is unused and may differ.
+  dst.kv.v_scale = 1.0f;
+  dst.kv.k_scale = 4.0f;
+  dst.kv.k_head_scales = scales;
+  swap_blocks(Context::cpu(), src, dst.kv, mapping);
+  for (bool is_v : {false, true}) EXPECT_EQ(dst.page(1, is_v), src_cache.page(0, is_v));
+}
+
 // Every kind of bad argument: an Error naming it, and dst's bytes unchanged.
 TEST(SwapBlocksErrors, RejectsBadInputAndWritesNothing) {
   const HostCache src(spec_of(KVLayout::kNHD, DType::kBF16, 6), 4);
