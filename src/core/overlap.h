@@ -24,8 +24,6 @@ struct ByteRange {
 // may overlap each other. O(n log n) in the number of ranges.
 std::optional<std::pair<std::size_t, std::size_t>> find_overlap(std::span<const ByteRange> a,
                                                                 std::span<const ByteRange> b);
-// Some pair i != j of ranges of `a` sharing a byte, or none.
-std::optional<std::pair<std::size_t, std::size_t>> find_overlap(std::span<const ByteRange> a);
 
 // a and b are the same elements in the same order: same data, dtype, device, shape and strides.
 bool same_view(const TensorView& a, const TensorView& b);

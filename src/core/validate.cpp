@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/overlap.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn::detail {
@@ -23,70 +24,7 @@ std::string str(std::int64_t v) { return std::to_string(v); }
 // no row has a page; on a GPU too).
 constexpr std::int32_t kNoPages = -1;
 
-bool spans_intersect(const TensorView& a, const TensorView& b) {
-  const auto [a0, a1] = a.byte_span();
-  const auto [b0, b1] = b.byte_span();
-  return a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1;
-}
-
-bool same_view(const TensorView& a, const TensorView& b) {
-  if (a.data() != b.data() || a.dtype() != b.dtype() || a.rank() != b.rank()) return false;
-  for (int d = 0; d < a.rank(); ++d) {
-    if (a.size(d) != b.size(d) || a.stride(d) != b.stride(d)) return false;
-  }
-  return true;
-}
-
-// Bytes from a view's first element (all strides >= 0) to the end of its last: -1 when some
-// stride is negative.
-__int128 forward_extent_bytes(const TensorView& t, int first_dim) {
-  __int128 reach = 0;
-  for (int d = first_dim; d < t.rank(); ++d) {
-    if (t.stride(d) < 0) return -1;
-    reach += static_cast<__int128>(t.size(d) - 1) * t.stride(d);
-  }
-  return (reach + 1) * static_cast<__int128>(dtype_size(t.dtype()));
-}
 }  // namespace
-
-bool overlaps_itself(const TensorView& t) {
-  if (t.numel() == 0) return false;
-  // Dimensions by |stride|: each must step past all the smaller ones reach. Sufficient, and
-  // exact for every view made by slicing, selecting or permuting a contiguous tensor.
-  std::array<std::pair<std::int64_t, std::int64_t>, TensorView::kMaxRank> dims{};
-  int n = 0;
-  for (int d = 0; d < t.rank(); ++d) {
-    if (t.size(d) > 1) dims[static_cast<std::size_t>(n++)] = {t.stride(d) < 0 ? -t.stride(d) : t.stride(d), t.size(d)};
-  }
-  for (int i = 1; i < n; ++i) {  // insertion sort (std::sort's unrolled threshold trips GCC 12's bounds warning)
-    for (int j = i; j > 0 && dims[static_cast<std::size_t>(j)] < dims[static_cast<std::size_t>(j - 1)]; --j) {
-      std::swap(dims[static_cast<std::size_t>(j)], dims[static_cast<std::size_t>(j - 1)]);
-    }
-  }
-  __int128 reach = 0;  // the largest element offset the smaller dimensions reach
-  for (int i = 0; i < n; ++i) {
-    const auto [stride, size] = dims[static_cast<std::size_t>(i)];
-    if (stride <= reach) return true;
-    reach += static_cast<__int128>(size - 1) * stride;
-  }
-  return false;
-}
-
-bool views_may_overlap(const TensorView& a, const TensorView& b) {
-  if (!spans_intersect(a, b)) return false;
-  // Views that interleave along their first dimension (a stacked cache's K and V page by page,
-  // q and out as halves of one buffer's rows) are disjoint when both step by one byte stride
-  // and b's block falls in the gap a's leaves.
-  if (a.rank() == 0 || b.rank() == 0) return true;
-  const __int128 step = static_cast<__int128>(a.stride(0)) * static_cast<__int128>(dtype_size(a.dtype()));
-  if (step <= 0 || step != static_cast<__int128>(b.stride(0)) * static_cast<__int128>(dtype_size(b.dtype()))) return true;
-  const __int128 a_block = forward_extent_bytes(a, 1), b_block = forward_extent_bytes(b, 1);
-  if (a_block < 0 || b_block < 0) return true;
-  const __int128 offset = static_cast<__int128>(reinterpret_cast<std::intptr_t>(b.data())) -
-                          static_cast<__int128>(reinterpret_cast<std::intptr_t>(a.data()));
-  const __int128 phase = ((offset % step) + step) % step;
-  return !(phase >= a_block && phase + b_block <= step);
-}
 
 std::string shape_of(const TensorView& t) { return t.describe(); }
 
@@ -207,9 +145,9 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache, std::strin
       cache.layout == KVLayout::kVllmSplit ? kv.page_size : kv.head_dim};
   for (int d = 0; d < 4; ++d) check_dim(v, n + ".v", d, expect_v[d], "to match " + n + ".k");
   // Writes (append_kv, copy_blocks, swap_blocks) must land in one place each.
-  check_arg(!overlaps_itself(k), [&] { return n + ".k addresses some elements twice (got " + k.describe() + ")"; });
-  check_arg(!overlaps_itself(v), [&] { return n + ".v addresses some elements twice (got " + v.describe() + ")"; });
-  check_arg(!views_may_overlap(k, v), [&] { return n + ".k and " + n + ".v overlap in memory"; });
+  check_arg(elements_distinct(k), [&] { return n + ".k addresses some elements twice (got " + k.describe() + ")"; });
+  check_arg(elements_distinct(v), [&] { return n + ".v addresses some elements twice (got " + v.describe() + ")"; });
+  check_arg(!views_overlap(k, v), [&] { return n + ".k and " + n + ".v overlap in memory"; });
   if (is_fp8(kv.dtype)) {
     check_arg(std::isfinite(cache.k_scale) && cache.k_scale > 0,
               [&] { return n + ".k_scale must be finite and > 0, got " + std::to_string(cache.k_scale); });
@@ -401,16 +339,16 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
   a.out_head_stride = out.stride(1);
   // Every output element is written once, and no output overwrites q before it is read;
   // out may be q itself (the same view: each query's output replaces it).
-  check_arg(!overlaps_itself(out), [&] { return "out addresses some elements twice (got " + out.describe() + ")"; });
-  check_arg(same_view(q, out) || !views_may_overlap(q, out),
+  check_arg(elements_distinct(out), [&] { return "out addresses some elements twice (got " + out.describe() + ")"; });
+  check_arg(same_view(q, out) || !views_overlap(q, out),
             [&] { return "out overlaps q in memory (only out == q, the same view, is allowed)"; });
   if (lse.defined()) {
     check_tensor(ctx, lse, "lse", {DType::kF32}, 2);
     check_dim(lse, "lse", 0, num_tokens, "tokens");
     check_dim(lse, "lse", 1, num_q_heads, "num_q_heads");
-    check_arg(!overlaps_itself(lse), [&] { return "lse addresses some elements twice (got " + lse.describe() + ")"; });
-    check_arg(!views_may_overlap(lse, out), [&] { return "lse overlaps out in memory"; });
-    check_arg(!views_may_overlap(lse, q), [&] { return "lse overlaps q in memory"; });
+    check_arg(elements_distinct(lse), [&] { return "lse addresses some elements twice (got " + lse.describe() + ")"; });
+    check_arg(!views_overlap(lse, out), [&] { return "lse overlaps out in memory"; });
+    check_arg(!views_overlap(lse, q), [&] { return "lse overlaps q in memory"; });
     a.lse = lse.data_as<float>();
     a.lse_token_stride = lse.stride(0);
     a.lse_head_stride = lse.stride(1);

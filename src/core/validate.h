@@ -51,11 +51,4 @@ void check_heads(std::int64_t num_q_heads, std::int64_t num_kv_heads, std::strin
 
 std::string shape_of(const TensorView& t);
 
-// True when two distinct indices of t may address the same element (a stride 0, or one that
-// does not step past the smaller dimensions' reach).
-bool overlaps_itself(const TensorView& t);
-// True when views a and b may share bytes. Disjoint byte ranges never do, nor do views that
-// interleave along their first dimension (a stacked cache's K and V: [pages, 2, ...]).
-bool views_may_overlap(const TensorView& a, const TensorView& b);
-
 }  // namespace pagedattn::detail
