@@ -12,8 +12,9 @@
 // starts at num_cached_tokens); fork copies the parent's computed count; freeing a partly
 // computed sequence simply releases its uncomputed pages, which were never registered.
 //
-// Queries (can_*) are const; the commits that follow a true answer cannot fail.
-// Every commit either succeeds or throws Error and changes nothing.
+// Queries (can_*) are const; the commits that follow a true answer cannot fail, except for
+// running out of host memory. Every commit either succeeds or throws (Error, or std::bad_alloc
+// when an allocation fails) and changes nothing.
 #pragma once
 
 #include <cstdint>
@@ -109,9 +110,10 @@ class KVCacheManager {
   CsrPageTableData csr(std::span<const SeqId> seqs) const;
 
   CacheMetrics metrics() const;
-  // Verifies every invariant (ref counts equal the number of uses, free / cached / used sets
-  // disjoint and covering the pool, hash index consistent, LRU list consistent); throws
-  // Error(kInternal) naming the first broken one.
+  // Verifies every invariant (ref counts equal the number of uses, no sequence lists a page twice,
+  // a shared page filled alike in all its holders, free / cached / used sets disjoint and
+  // covering the pool, hash index consistent and every entry in it reachable, LRU list
+  // consistent); throws Error(kInternal) naming the first broken one.
   void check_integrity() const;
 
  private:

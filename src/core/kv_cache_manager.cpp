@@ -17,6 +17,17 @@
 // never at reservation: until then its slots hold whatever was there before, and a prefix hit on
 // it would read garbage. Each sequence registers its full pages in order, so it tracks how many
 // leading pages are done and keeps the tokens of the rest.
+//
+// A sequence may compute a page that is already registered (two prompts computed side by side).
+// Its page then stays out of the index as a copy of the registered one, and its later pages chain
+// from that one. Should the registered page be evicted while a copy is held, the copy takes its
+// place in the index and its serial, so the content stays reachable, and so do the pages chained
+// after it. Every index entry is therefore reachable from the root (check_integrity verifies it),
+// and an entry is never replaced: a key taken by other content (a 64-bit hash collision) keeps
+// its entry, and the sequence that collided registers none of its later pages.
+//
+// Commits are strongly exception-safe, also when an allocation fails: whatever allocates (map
+// nodes, vector capacity) comes first, and only then do pages and counters change.
 #include "pagedattn/kv_cache_manager.h"
 
 #include <algorithm>
@@ -34,6 +45,9 @@ namespace {
 
 constexpr PageId kNoPage = -1;
 constexpr std::uint64_t kNoParent = 0;  // serials start at 1
+// The chain serial of a sequence whose page collided with other content under the same key: no
+// prompt can reach its later pages, so they are not registered.
+constexpr std::uint64_t kLostChain = std::numeric_limits<std::uint64_t>::max();
 
 enum class PageState : std::uint8_t { kFree, kCached, kUsed };
 
@@ -49,6 +63,12 @@ struct Page {
   std::uint64_t parent_serial = kNoParent;
   PageId lru_prev = kNoPage;  // LRU links, valid while cached
   PageId lru_next = kNoPage;
+  // Copies of a registered page: used, unregistered pages with the same content after the same
+  // prefix, in a list from `first_copy` through copy_prev / copy_next; each names its `original`.
+  PageId first_copy = kNoPage;  // on a registered page
+  PageId original = kNoPage;    // on a copy
+  PageId copy_prev = kNoPage;
+  PageId copy_next = kNoPage;
 };
 
 struct Sequence {
@@ -56,11 +76,12 @@ struct Sequence {
   std::int64_t length = 0;
   std::uint64_t salt = 0;
   std::int64_t computed = 0;  // leading tokens whose K/V are written, <= length
-  // Leading pages registered in the prefix index (or chained to an identical registered page);
-  // with prefix caching exactly computed / page_size, without it 0.
+  // Leading pages registered in the prefix index (or copies of identical registered pages, or
+  // left out after a collision); with prefix caching exactly computed / page_size, without it 0.
   std::int64_t registered = 0;
   // Chain state after the last registered page: its hash and the serial of the page that stands
-  // for it in the prefix index (the sequence's own page, or an identical one registered earlier).
+  // for it in the prefix index (the sequence's own page, or the one it is a copy of), or
+  // kLostChain.
   std::uint64_t chain_hash = detail::kPrefixHashRoot;
   std::uint64_t chain_serial = kNoParent;
   // Tokens from page `registered` on, which the pages still to be registered are keyed by
@@ -69,6 +90,13 @@ struct Sequence {
 };
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Capacity for `size` elements, grown geometrically as push_back grows it: a commit allocates up
+// front (and can fail before it changes anything) without making a run of appends quadratic.
+template <typename T>
+void reserve_for(std::vector<T>& v, std::size_t size) {
+  if (size > v.capacity()) v.reserve(std::max(size, 2 * v.capacity()));
+}
 
 // Lookups are hot (slot() runs per token), so the message is only built when one fails.
 Error unknown_sequence(SeqId id, std::source_location where = std::source_location::current()) {
@@ -118,6 +146,9 @@ struct KVCacheManager::Impl {
     return {page_tokens.data() + static_cast<std::size_t>(p) * page_size,
             static_cast<std::size_t>(page_size)};
   }
+  void store_tokens(PageId p, std::span<const TokenId> tokens) {
+    std::copy(tokens.begin(), tokens.end(), page_tokens.begin() + static_cast<std::ptrdiff_t>(p) * page_size);
+  }
   std::int64_t available() const { return static_cast<std::int64_t>(free_pages.size()) + lru_size; }
 
   const Sequence& seq(SeqId id) const {
@@ -145,15 +176,46 @@ struct KVCacheManager::Impl {
     --lru_size;
   }
 
-  void unregister(PageId p) {
+  // ---- copies of registered pages (intrusive list from Page::first_copy) ----
+  void link_copy(PageId original, PageId p) {
+    Page& o = page(original);
     Page& pg = page(p);
-    index.erase(pg.hash);
+    pg.original = original;
+    pg.copy_prev = kNoPage;
+    pg.copy_next = o.first_copy;
+    if (o.first_copy != kNoPage) page(o.first_copy).copy_prev = p;
+    o.first_copy = p;
+  }
+  void unlink_copy(PageId p) {
+    Page& pg = page(p);
+    (pg.copy_prev == kNoPage ? page(pg.original).first_copy : page(pg.copy_prev).copy_next) = pg.copy_next;
+    if (pg.copy_next != kNoPage) page(pg.copy_next).copy_prev = pg.copy_prev;
+    pg.original = pg.copy_prev = pg.copy_next = kNoPage;
+  }
+
+  // Cached page `p` is being evicted. A held copy, if any, takes its place in the index, its
+  // serial (so the pages registered after `p` chain from the copy) and its other copies.
+  void evict(PageId p) {
+    Page& pg = page(p);
     pg.registered = false;
-    if (pg.state == PageState::kCached) {  // an unregistered page has nothing left to cache
-      lru_remove(p);
-      pg.state = PageState::kFree;
-      free_pages.push_back(p);
+    const auto it = index.find(pg.hash);
+    if (pg.first_copy == kNoPage) {
+      index.erase(it);
+      return;
     }
+    const PageId heir = pg.first_copy;
+    unlink_copy(heir);
+    Page& h = page(heir);
+    h.registered = true;
+    h.serial = pg.serial;
+    h.hash = pg.hash;
+    h.parent_hash = pg.parent_hash;
+    h.salt = pg.salt;
+    h.parent_serial = pg.parent_serial;
+    store_tokens(heir, tokens_of(p));
+    h.first_copy = std::exchange(pg.first_copy, kNoPage);
+    for (PageId c = h.first_copy; c != kNoPage; c = page(c).copy_next) page(c).original = heir;
+    it->second = heir;
   }
 
   // A fresh page with ref 1. The caller has checked available() > 0.
@@ -165,8 +227,7 @@ struct KVCacheManager::Impl {
     } else {
       p = lru_head;
       lru_remove(p);
-      index.erase(page(p).hash);
-      page(p).registered = false;
+      evict(p);
     }
     Page& pg = page(p);
     pg.ref = 1;
@@ -192,9 +253,22 @@ struct KVCacheManager::Impl {
     --used_count;
     if (pg.registered) {
       lru_push_back(p);
-    } else {
-      pg.state = PageState::kFree;
-      free_pages.push_back(p);
+      return;
+    }
+    if (pg.original != kNoPage) drop_copy(p);
+    pg.state = PageState::kFree;
+    free_pages.push_back(p);
+  }
+
+  // Copy `p` leaves use; its content was in use until now, so a cached original counts as just
+  // used. That also keeps it behind the pages chained after the copy, which its sequence
+  // released just before (last page first), so that they are evicted before it.
+  void drop_copy(PageId p) {
+    const PageId original = page(p).original;
+    unlink_copy(p);
+    if (page(original).state == PageState::kCached) {
+      lru_remove(original);
+      lru_push_back(original);
     }
   }
 
@@ -206,31 +280,39 @@ struct KVCacheManager::Impl {
            std::equal(tokens.begin(), tokens.end(), tokens_of(p).begin());
   }
 
-  // `p` (held by `s`) is full of computed `tokens`: key it in the prefix index and advance the
-  // sequence's chain.
+  // `p` (held by `s`) is full of computed `tokens`: key it in the prefix index, or make it a copy
+  // of the identical page registered already, and advance the sequence's chain. The index has a
+  // node for the key (reserve_keys), so nothing here allocates.
   void register_full(Sequence& s, PageId p, std::span<const TokenId> tokens) {
-    const std::uint64_t h = detail::hash_page(s.chain_hash, s.salt, tokens);
-    if (auto it = index.find(h); it != index.end()) {
-      if (same_entry(it->second, s.salt, s.chain_serial, tokens)) {
-        // An identical page is already cached; later pages of `s` chain to that one, so a
-        // future prompt that matches it can continue into pages of `s`.
-        s.chain_hash = h;
-        s.chain_serial = page(it->second).serial;
-        return;
-      }
-      // Same key, other content or a parent that is gone: the newer page is the useful one.
-      unregister(it->second);
+    const std::uint64_t parent_hash = s.chain_hash;
+    s.chain_hash = detail::hash_page(parent_hash, s.salt, tokens);
+    const auto it = index.find(s.chain_hash);
+    if (s.chain_serial == kLostChain) {
+      // Lost earlier in this call, reserve_keys made a node for this page, which stays empty.
+      if (it != index.end() && it->second == kNoPage) index.erase(it);
+      return;
     }
-    Page& pg = page(p);
-    pg.registered = true;
-    pg.hash = h;
-    pg.parent_hash = s.chain_hash;
-    pg.salt = s.salt;
-    pg.parent_serial = s.chain_serial;
-    std::copy(tokens.begin(), tokens.end(), page_tokens.begin() + static_cast<std::ptrdiff_t>(p) * page_size);
-    index.emplace(h, p);
-    s.chain_hash = h;
-    s.chain_serial = pg.serial;
+    const PageId held = it->second;
+    if (held == kNoPage) {
+      it->second = p;
+      Page& pg = page(p);
+      pg.registered = true;
+      pg.hash = s.chain_hash;
+      pg.parent_hash = parent_hash;
+      pg.salt = s.salt;
+      pg.parent_serial = s.chain_serial;
+      store_tokens(p, tokens);
+    } else if (held == p || page(p).original == held) {
+      // A fork of `s` registered this page, or found the same one registered: nothing to add.
+    } else if (same_entry(held, s.salt, s.chain_serial, tokens)) {
+      link_copy(held, p);
+    } else {
+      // Same key, other content: a hash collision. The entry stays (it is reachable, as every
+      // entry is); no prompt can reach the later pages of `s`, so they are not registered.
+      s.chain_serial = kLostChain;
+      return;
+    }
+    s.chain_serial = page(it->second).serial;
   }
 
   // The cached pages that hold `prompt`'s leading full pages. Only pages that end before the
@@ -284,8 +366,27 @@ struct KVCacheManager::Impl {
     return plan;
   }
 
+  // Before `s` registers its pages up to `target`: gives every key they take a node in the index
+  // (empty, kNoPage, where the key is new), so that registering them allocates nothing. If that
+  // fails, the nodes made so far go again, and the index is as it was.
+  void reserve_keys(const Sequence& s, std::int64_t target) {
+    if (!caching || target <= s.registered || s.chain_serial == kLostChain) return;
+    const auto ps = static_cast<std::size_t>(page_size);
+    const std::span<const TokenId> pending(s.pending);
+    std::uint64_t h = s.chain_hash;
+    try {
+      for (std::size_t i = 0; i < static_cast<std::size_t>(target - s.registered); ++i) {
+        h = detail::hash_page(h, s.salt, pending.subspan(i * ps, ps));
+        index.try_emplace(h, kNoPage);
+      }
+    } catch (...) {
+      std::erase_if(index, [](const auto& entry) { return entry.second == kNoPage; });
+      throw;
+    }
+  }
+
   // Registers the full pages of `s` that the computed prefix now covers, in order: each page's
-  // key chains from the one before.
+  // key chains from the one before. reserve_keys has made their index nodes.
   void register_computed(Sequence& s) {
     const std::int64_t target = s.computed / page_size;
     if (!caching || target <= s.registered) return;
@@ -324,7 +425,7 @@ bool KVCacheManager::contains(SeqId seq) const { return impl_->seqs.contains(seq
 AddedSequence KVCacheManager::add_sequence(std::span<const TokenId> prompt, std::uint64_t salt) {
   Impl& m = *impl_;
   const auto len = static_cast<std::int64_t>(prompt.size());
-  const Impl::PrefixMatch match = m.match_prefix(prompt, salt);
+  Impl::PrefixMatch match = m.match_prefix(prompt, salt);
   if (!m.fits(len, match)) {
     throw Error(
         ErrorCode::kOutOfBlocks,
@@ -332,26 +433,32 @@ AddedSequence KVCacheManager::add_sequence(std::span<const TokenId> prompt, std:
             std::to_string(ceil_div(len, m.page_size) - static_cast<std::int64_t>(match.pages.size())) +
             " new pages, only " + std::to_string(m.available() - match.cached_hits) + " available");
   }
-  // Hits first, so that the allocations below cannot evict them.
-  for (PageId p : match.pages) m.acquire(p);
-  Sequence s;
-  s.length = len;
-  s.salt = salt;
-  s.chain_hash = match.chain_hash;
-  s.chain_serial = match.chain_serial;
-  s.pages = match.pages;
+  // The sequence is built and put in the map before any page changes hands: only that allocates.
+  const auto hits = static_cast<std::int64_t>(match.pages.size());
   const std::int64_t total = ceil_div(len, m.page_size);
-  while (static_cast<std::int64_t>(s.pages.size()) < total) s.pages.push_back(m.allocate());
+  Sequence built;
+  built.length = len;
+  built.salt = salt;
+  built.chain_hash = match.chain_hash;
+  built.chain_serial = match.chain_serial;
+  built.pages = std::move(match.pages);
+  built.pages.reserve(static_cast<std::size_t>(total));
   // Only the hit pages hold K/V yet; the rest are registered as the caller marks them computed.
-  s.registered = static_cast<std::int64_t>(match.pages.size());
-  s.computed = s.registered * m.page_size;
-  if (m.caching) s.pending.assign(prompt.begin() + static_cast<std::ptrdiff_t>(s.computed), prompt.end());
+  built.registered = hits;
+  built.computed = hits * m.page_size;
+  if (m.caching) {
+    built.pending.assign(prompt.begin() + static_cast<std::ptrdiff_t>(built.computed), prompt.end());
+  }
+  const SeqId id = m.next_id;
+  Sequence& s = m.seqs.try_emplace(id, std::move(built)).first->second;
+  // Hits first, so that the allocations below cannot evict them.
+  for (PageId p : s.pages) m.acquire(p);
+  while (static_cast<std::int64_t>(s.pages.size()) < total) s.pages.push_back(m.allocate());
   m.prefix_queried += match.eligible;
-  m.prefix_hit += static_cast<std::int64_t>(match.pages.size());
+  m.prefix_hit += hits;
   m.tokens_stored += len;
-  const SeqId id = m.next_id++;
-  m.seqs.emplace(id, std::move(s));
-  return {id, static_cast<std::int64_t>(match.pages.size()) * m.page_size};
+  ++m.next_id;
+  return {id, hits * m.page_size};
 }
 
 std::vector<PageCopy> KVCacheManager::append(SeqId seq, std::span<const TokenId> tokens) {
@@ -364,7 +471,13 @@ std::vector<PageCopy> KVCacheManager::append(SeqId seq, std::span<const TokenId>
                                              std::to_string(plan.new_pages) + " new pages, only " +
                                              std::to_string(m.available()) + " available");
   }
+  // Room for everything first, so that a failed allocation changes nothing.
+  const std::int64_t new_length = s.length + static_cast<std::int64_t>(tokens.size());
+  const std::int64_t total = ceil_div(new_length, m.page_size);
   std::vector<PageCopy> copies;
+  if (plan.copy_last) copies.reserve(1);
+  reserve_for(s.pages, static_cast<std::size_t>(total));
+  if (m.caching) reserve_for(s.pending, s.pending.size() + tokens.size());
   if (plan.copy_last) {
     const PageId shared = s.pages.back();
     const PageId own = m.allocate();
@@ -372,10 +485,7 @@ std::vector<PageCopy> KVCacheManager::append(SeqId seq, std::span<const TokenId>
     m.release(shared);  // ref > 1 before, so the page stays used
     copies.push_back({shared, own});
   }
-  const std::int64_t new_length = s.length + static_cast<std::int64_t>(tokens.size());
-  while (static_cast<std::int64_t>(s.pages.size()) < ceil_div(new_length, m.page_size)) {
-    s.pages.push_back(m.allocate());
-  }
+  while (static_cast<std::int64_t>(s.pages.size()) < total) s.pages.push_back(m.allocate());
   s.length = new_length;
   if (m.caching) s.pending.insert(s.pending.end(), tokens.begin(), tokens.end());
   m.tokens_stored += static_cast<std::int64_t>(tokens.size());
@@ -384,11 +494,12 @@ std::vector<PageCopy> KVCacheManager::append(SeqId seq, std::span<const TokenId>
 
 SeqId KVCacheManager::fork(SeqId parent) {
   Impl& m = *impl_;
-  Sequence child = m.seq(parent);
+  // The child is copied and put in the map before it takes its references: only that allocates.
+  const SeqId id = m.next_id;
+  const Sequence& child = m.seqs.try_emplace(id, m.seq(parent)).first->second;
   for (PageId p : child.pages) m.acquire(p);
   m.tokens_stored += child.length;
-  const SeqId id = m.next_id++;
-  m.seqs.emplace(id, std::move(child));
+  ++m.next_id;
   return id;
 }
 
@@ -403,6 +514,7 @@ void KVCacheManager::mark_computed(SeqId seq, std::int64_t num_tokens) {
   // Callers report progress per step, possibly from stale counts: going back is not an error,
   // and written K/V cannot become unwritten.
   if (num_tokens <= s.computed) return;
+  m.reserve_keys(s, num_tokens / m.page_size);  // the only step that allocates
   s.computed = num_tokens;
   m.register_computed(s);
 }
@@ -500,9 +612,19 @@ void KVCacheManager::check_integrity() const {
   const Impl& m = *impl_;
   const std::int64_t n = m.num_pages();
   auto page_name = [](PageId p) { return "page " + std::to_string(p); };
+  // Does the index map `hash` to the page with this serial?
+  auto indexed = [&](std::uint64_t hash, std::uint64_t serial) {
+    const auto it = m.index.find(hash);
+    return it != m.index.end() && it->second >= 0 && it->second < n && m.page(it->second).serial == serial;
+  };
 
-  // Reference counts and page lists, recomputed from every sequence.
+  // Reference counts and page lists, recomputed from every sequence. Each holder of a page uses
+  // as many of its slots as the others: one that appended into a shared, partly filled page
+  // would write slots the others read (copy-on-write prevents it).
   std::vector<std::int64_t> refs(static_cast<std::size_t>(n), 0);
+  std::vector<std::int64_t> filled(static_cast<std::size_t>(n), -1);
+  std::vector<std::int64_t> last_holder(static_cast<std::size_t>(n), -1);  // ordinal of a sequence
+  std::int64_t ordinal = 0;
   std::int64_t tokens = 0;
   for (const auto& [id, s] : m.seqs) {
     auto name = [id = id] { return "sequence " + std::to_string(id); };
@@ -524,15 +646,32 @@ void KVCacheManager::check_integrity() const {
                         " tokens after its registered pages, expected " +
                         std::to_string(s.length - s.registered * m.page_size));
     }
-    for (PageId p : s.pages) {
+    for (std::size_t i = 0; i < s.pages.size(); ++i) {
+      const PageId p = s.pages[i];
       if (p < 0 || p >= n) integrity_failure("page id: " + name() + " holds " + page_name(p));
-      ++refs[static_cast<std::size_t>(p)];
+      const auto at = static_cast<std::size_t>(p);
+      if (std::exchange(last_holder[at], ordinal) == ordinal) {
+        integrity_failure("page list: " + name() + " holds " + page_name(p) + " twice");
+      }
+      const std::int64_t used = std::min(m.page_size, s.length - static_cast<std::int64_t>(i) * m.page_size);
+      if (filled[at] >= 0 && filled[at] != used) {
+        integrity_failure("shared page: " + name() + " uses " + std::to_string(used) + " slots of " +
+                          page_name(p) + ", another holder " + std::to_string(filled[at]));
+      }
+      filled[at] = used;
+      ++refs[at];
     }
     if (s.length % m.page_size != 0 && m.page(s.pages.back()).registered) {
       integrity_failure("registered page: " + name() + " holds " + page_name(s.pages.back()) +
                         " partly filled, yet it is in the prefix index");
     }
+    // The chain ends at a page the index holds, so the pages registered next are reachable.
+    const bool chained = s.chain_serial != kNoParent && s.chain_serial != kLostChain;
+    if (chained && !indexed(s.chain_hash, s.chain_serial)) {
+      integrity_failure("chain: " + name() + " continues from a page the prefix index no longer holds");
+    }
     tokens += s.length;
+    ++ordinal;
   }
   if (tokens != m.tokens_stored) {
     integrity_failure("tokens_stored: counter is " + std::to_string(m.tokens_stored) + ", sequences hold " +
@@ -561,7 +700,7 @@ void KVCacheManager::check_integrity() const {
                       " walked, size " + std::to_string(m.lru_size) + ")");
   }
 
-  std::int64_t used = 0, registered = 0;
+  std::int64_t used = 0, registered = 0, copies = 0, listed_copies = 0;
   for (PageId p = 0; p < n; ++p) {
     const Page& pg = m.page(p);
     const std::int64_t r = refs[static_cast<std::size_t>(p)];
@@ -580,7 +719,16 @@ void KVCacheManager::check_integrity() const {
     if (pg.state == PageState::kFree && pg.registered) {
       integrity_failure("free page: " + page_name(p) + " is still in the prefix index");
     }
-    if (!pg.registered) continue;
+    if (pg.original != kNoPage) {
+      ++copies;
+      if (pg.state != PageState::kUsed || pg.registered) {
+        integrity_failure("copy: " + page_name(p) + " is not a used, unregistered page");
+      }
+    }
+    if (!pg.registered) {
+      if (pg.first_copy != kNoPage) integrity_failure("copy: unregistered " + page_name(p) + " has copies");
+      continue;
+    }
     ++registered;
     const auto it = m.index.find(pg.hash);
     if (it == m.index.end() || it->second != p) {
@@ -590,6 +738,24 @@ void KVCacheManager::check_integrity() const {
     if (detail::hash_page(pg.parent_hash, pg.salt, m.tokens_of(p)) != pg.hash) {
       integrity_failure("prefix index: the key of " + page_name(p) + " does not match its stored tokens");
     }
+    // Every entry is reachable: its parent is the page the index holds for the parent's key, and
+    // so on back to the root.
+    if (pg.parent_serial == kNoParent ? pg.parent_hash != detail::kPrefixHashRoot
+                                      : !indexed(pg.parent_hash, pg.parent_serial)) {
+      integrity_failure("prefix index: " + page_name(p) + " follows a page the index no longer holds");
+    }
+    PageId prev_copy = kNoPage;
+    for (PageId c = pg.first_copy; c != kNoPage; prev_copy = c, c = m.page(c).copy_next) {
+      if (c < 0 || c >= n || listed_copies++ >= n || m.page(c).original != p ||
+          m.page(c).copy_prev != prev_copy) {
+        integrity_failure("copy: the copies of " + page_name(p) + " list " + page_name(c) +
+                          " that is not one of them, or loop");
+      }
+    }
+  }
+  if (listed_copies != copies) {
+    integrity_failure("copy: " + std::to_string(copies) + " pages are copies, their originals list " +
+                      std::to_string(listed_copies));
   }
   if (used != m.used_count) integrity_failure("used count: counter is " + std::to_string(m.used_count));
   if (registered != static_cast<std::int64_t>(m.index.size()) || (!m.caching && registered != 0)) {

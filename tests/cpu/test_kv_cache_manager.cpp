@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/prefix_hash.h"
 #include "pagedattn/error.h"
 #include "pagedattn/kv_cache_manager.h"
 
@@ -256,31 +257,110 @@ TEST(KVCacheManager, EvictsTheTailOfAFreedSequenceFirst) {
   EXPECT_EQ(std::ranges::count(pb, pa[0]), 0);
 }
 
-// A page whose recorded parent was evicted can never hit again; a newer page with the same
-// content and a live parent takes its place in the prefix index.
-TEST(KVCacheManager, NewerPageReplacesEntryWithEvictedParent) {
+// A sequence that computes a page already registered keeps its own as a copy and chains its
+// later pages from the registered one. When that one is evicted, the copy takes its place, so
+// those later pages stay reachable.
+TEST(KVCacheManager, CopyTakesOverWhenTheRegisteredPageIsEvicted) {
   auto m = make(8, 4);
   const auto prompt = iota_tokens(8);
   const auto more = iota_tokens(4, 100);
-  const auto a = m.add_sequence(prompt);  // pages x0, x1, both cached
+  const auto a = m.add_sequence(prompt);  // pages x0, x1
   m.mark_computed(a.id, 8);
-  const auto b = m.add_sequence(prompt);  // hits x0; its page 1 duplicates x1
+  const auto b = m.add_sequence(prompt);  // hits x0; its page 1 is a copy of x1
   m.append(b.id, more);
-  m.mark_computed(b.id, 12);  // e2, recorded after x1
-  m.free(a.id);               // x1 cached
+  m.mark_computed(b.id, 12);  // its page 2 chains from x1
+  const auto pb = pages_of(m, b.id);
+  m.free(a.id);                                         // x1 cached
   const auto c = m.add_sequence(iota_tokens(17, 500));  // takes 4 free pages and evicts x1
   m.mark_computed(c.id, 17);
   m.free(c.id);
-  m.free(b.id);  // e2 cached, but its parent is gone
+  m.free(b.id);
   m.check_integrity();
-  EXPECT_EQ(m.metrics().pages_cached, 4 + 2);
+  EXPECT_EQ(m.metrics().pages_cached, 4 + 3);  // c's full pages, x0 and both of b's own
   const auto f = m.add_sequence(concat(concat(prompt, more), {1}));
-  EXPECT_EQ(f.num_cached_tokens, 4);
-  m.mark_computed(f.id, 13);
-  EXPECT_EQ(m.metrics().pages_cached, 3);  // one of c's pages evicted, e2 replaced and freed
-  EXPECT_EQ(m.metrics().pages_free, 1);
+  EXPECT_EQ(f.num_cached_tokens, 12);
+  EXPECT_TRUE(std::equal(pb.begin(), pb.end(), m.pages(f.id).begin()));
   m.check_integrity();
-  EXPECT_EQ(m.add_sequence(concat(concat(prompt, more), {2})).num_cached_tokens, 12);
+}
+
+// The registered page a sequence's copy stands in for is evicted while the sequence runs; its
+// later pages stay reachable after it ends.
+TEST(KVCacheManager, HeldCopyKeepsLaterPagesReachableAfterItsSequenceEnds) {
+  auto m = make(4, 1);
+  const auto a = m.add_sequence(Tokens{1, 5});
+  m.mark_computed(a.id, 2);
+  m.free(a.id);  // a0 (token 1) and a1 cached
+  const auto b = m.add_sequence(Tokens{1});
+  m.append(b.id, Tokens{2, 3});
+  m.mark_computed(b.id, 3);  // b0 is a copy of a0; b1 and b2 chain from a0
+  m.check_integrity();
+  m.free(m.add_sequence(Tokens{7}).id);  // evicts a0: b0 takes its place
+  m.free(m.add_sequence(Tokens{8}).id);
+  m.free(b.id);
+  EXPECT_EQ(m.metrics().pages_cached, 3);
+  EXPECT_EQ(m.add_sequence(Tokens{1, 2, 3, 4}).num_cached_tokens, 3);
+  m.check_integrity();
+}
+
+// A page computed after an evicted page's copy holds what a reachable entry holds: it becomes a
+// copy of that entry, which stays in the index.
+TEST(KVCacheManager, ReachableEntryIsNotReplaced) {
+  auto m = make(12, 1);
+  const auto x = m.add_sequence(Tokens{1, 5});
+  m.mark_computed(x.id, 2);
+  m.free(x.id);
+  const auto d = m.add_sequence(Tokens{1});
+  m.append(d.id, Tokens{2, 9});
+  m.mark_computed(d.id, 1);  // d0 is a copy of x0
+  m.free(m.add_sequence(Tokens(9, 7)).id);  // evicts x1 and x0: d0 takes x0's place
+  const auto e = m.add_sequence(Tokens{1, 2, 4});
+  m.mark_computed(e.id, 3);  // e hit d0; its own pages e1 and e2 follow it
+  const auto f0 = m.add_sequence(Tokens{1, 2, 4, 5});
+  EXPECT_EQ(f0.num_cached_tokens, 3);
+  m.free(f0.id);
+  m.mark_computed(d.id, 2);  // d1 holds what e1 holds, after the same page
+  EXPECT_EQ(m.add_sequence(Tokens{1, 2, 4, 5}).num_cached_tokens, 3);
+  m.check_integrity();
+}
+
+// Salt 0 and page {5} against a salt chosen so that page {6} gets the same key (the hash is
+// inverted step by step): the entry stays, and the colliding sequence registers nothing.
+TEST(KVCacheManager, HashCollisionKeepsTheEntry) {
+  auto unmix = [](std::uint64_t x) {
+    auto undo_xorshift = [](std::uint64_t y, int s) {
+      std::uint64_t v = y;
+      for (int i = 0; i < 64 / s + 1; ++i) v = y ^ (v >> s);
+      return v;
+    };
+    auto inverse = [](std::uint64_t a) {  // of an odd multiplier, by Newton's iteration
+      std::uint64_t v = a;
+      for (int i = 0; i < 6; ++i) v *= 2 - a * v;
+      return v;
+    };
+    x = undo_xorshift(x, 31) * inverse(0x94d049bb133111ebull);
+    return undo_xorshift(undo_xorshift(x, 27) * inverse(0xbf58476d1ce4e5b9ull), 30);
+  };
+  constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ull, kSaltMix = 0x243f6a8885a308d3ull;
+  using detail::mix64;
+  const std::uint64_t root = mix64(detail::kPrefixHashRoot + kGolden);
+  const std::uint64_t target = mix64(root ^ mix64(kSaltMix)) ^ 5 ^ 6;
+  const std::uint64_t salt = unmix(unmix(target) ^ root) ^ kSaltMix;
+  ASSERT_EQ(detail::hash_page(detail::kPrefixHashRoot, 0, Tokens{5}),
+            detail::hash_page(detail::kPrefixHashRoot, salt, Tokens{6}));
+
+  auto m = make(16, 1);
+  const auto a = m.add_sequence(Tokens{5, 7}, 0);
+  m.mark_computed(a.id, 2);
+  const auto b = m.add_sequence(Tokens{6, 7, 8, 9}, salt);
+  m.mark_computed(b.id, 3);
+  m.check_integrity();
+  m.mark_computed(b.id, 4);
+  EXPECT_EQ(m.add_sequence(Tokens{5, 7, 1}, 0).num_cached_tokens, 2);
+  EXPECT_EQ(m.add_sequence(Tokens{6, 7, 1}, salt).num_cached_tokens, 0);
+  EXPECT_EQ(m.add_sequence(Tokens{5, 7, 1}, salt).num_cached_tokens, 0);
+  EXPECT_EQ(m.add_sequence(Tokens{6, 7, 1}, 0).num_cached_tokens, 0);
+  m.free(b.id);
+  EXPECT_EQ(m.metrics().pages_cached, 0);  // b's pages were never registered
   m.check_integrity();
 }
 
