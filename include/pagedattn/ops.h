@@ -43,8 +43,9 @@ struct AppendKVOptions {
 // cache slot slot_mapping[i] (i32 or i64 [num_tokens]; slot = page * page_size + offset;
 // -1 = skip; any other slot at most once). fp8 caches quantise on write with the cache's
 // scales (stored = round(x / scale), computed as x * (1 / scale) in f32); k / v of the cache's
-// own dtype are stored unchanged (fp8 input is taken as already quantised). CPU and CUDA store
-// identical bytes.
+// own dtype are stored unchanged (fp8 input is taken as already quantised); fp8 input of another
+// dtype is read as its plain values (a tensor carries no scale), then stored as any input is.
+// CPU and CUDA store identical bytes.
 void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, const TensorView& v,
                const TensorView& slot_mapping, const AppendKVOptions& options = {});
 
