@@ -30,7 +30,9 @@ bool same_view(const TensorView& a, const TensorView& b);
 
 // Some byte lies in an element of a and in an element of b. Exact: views that interleave
 // without sharing an element (two slots of one larger tensor) do not overlap. O(1) when their
-// byte spans are apart; otherwise it walks their rows (contiguous runs of the last dimension).
+// byte spans are apart, when they start at one address, and when they interleave along their
+// first dimension (a stacked cache's K and V, q and out as halves of one buffer's rows);
+// otherwise it walks their rows (contiguous runs of the last dimension).
 bool views_overlap(const TensorView& a, const TensorView& b);
 
 // No two elements of t share memory. A sufficient test, exact for the nested strides of slices
