@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -144,6 +145,15 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache, std::strin
       : cache.layout == KVLayout::kHND ? kv.page_size : kv.head_dim,
       cache.layout == KVLayout::kVllmSplit ? kv.page_size : kv.head_dim};
   for (int d = 0; d < 4; ++d) check_dim(v, n + ".v", d, expect_v[d], "to match " + n + ".k");
+  // Pages are addressed forwards: the kernels compute page and row offsets as unsigned or
+  // 31-bit quantities (PyTorch and DLPack views never have negative strides anyway).
+  for (auto [t, tn] : {std::pair{&k, ".k"}, std::pair{&v, ".v"}}) {
+    for (int d = 0; d < t->rank(); ++d) {
+      check_arg(t->size(d) <= 1 || t->stride(d) >= 0, [&] {
+        return n + tn + " has a negative stride in dimension " + str(d) + " (got " + t->describe() + ")";
+      });
+    }
+  }
   // Writes (append_kv, copy_blocks, swap_blocks) must land in one place each.
   check_arg(elements_distinct(k), [&] { return n + ".k addresses some elements twice (got " + k.describe() + ")"; });
   check_arg(elements_distinct(v), [&] { return n + ".v addresses some elements twice (got " + v.describe() + ")"; });
@@ -266,6 +276,12 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
         return n + ".last_page_len[" + str(r) + "] is " + str(last) + ", expected [1, " + str(kv.page_size) +
             "]";
       });
+      // Lengths are i32 as a block table's seq_lens are (the kernels hold positions in 32 bits).
+      const std::int64_t len = (end - begin - 1) * kv.page_size + last;
+      check_arg(len <= INT32_MAX, [&] {
+        return n + ": sequence " + str(r) + " has " + str(len) + " tokens (" + str(end - begin) + " pages of " +
+               str(kv.page_size) + "), more than 2^31 - 1";
+      });
     }
     check_pages(a.indices + begin, end - begin, 1, r);
   }
@@ -316,6 +332,10 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
                     const TensorView& lse, std::int64_t num_tokens, std::int64_t num_q_heads,
                     std::int64_t head_dim) {
   const std::initializer_list<DType> kQTypes = {DType::kF32, DType::kF16, DType::kBF16};
+  // The CUDA grids put query heads (the split merge) and KV heads (prefill) in grid.y.
+  check_supported(ctx.device.type != DeviceType::kCUDA || num_q_heads <= 65535, [&] {
+    return "q: attention on CUDA supports at most 65535 query heads, got " + str(num_q_heads);
+  });
   check_tensor(ctx, q, "q", kQTypes, 3);
   check_tensor(ctx, out, "out", kQTypes, 3);
   const char* what[3] = {"tokens", "num_q_heads", "head_dim"};

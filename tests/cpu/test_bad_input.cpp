@@ -391,6 +391,12 @@ std::vector<BadInput> bad_inputs() {
                                 DType::kF16, {kPages - 1, kPageSize, kKVHeads, kDim});
          a.cache.k = a.cache.k.slice(0, 0, kPages - 1);
        }},
+      {"CacheNegativeStride", kCacheUsers, kInvalid, {"cache.v has a negative stride in dimension 0"},
+       [](A& a, S&) {  // pages in reverse order: the last page first
+         const TensorView& v = a.cache.v;
+         a.cache.v = TensorView(static_cast<std::byte*>(v.data()) + (kPages - 1) * v.stride(0) * 2, DType::kF16,
+                                {kPages, kPageSize, kKVHeads, kDim}, {-v.stride(0), v.stride(1), v.stride(2), 1});
+       }},
       {"CachePagesOverlap", kCacheUsers, kInvalid, {"cache.k addresses some elements twice"},
        [](A& a, S&) {  // a page stride of one token row: page p + 1 starts at page p's second row
          a.cache.k = TensorView(a.cache.k.data(), DType::kF16, {kPages, kPageSize, kKVHeads, kDim},
@@ -486,6 +492,18 @@ std::vector<BadInput> bad_inputs() {
       {"CsrLastPageLenZero", kTableUsers, kInvalid, {"table.last_page_len[0] is 0"}, on_csr([](S& s) { s.last_page_len[0] = 0; })},
       {"CsrLastPageLenTooLong", kTableUsers, kInvalid, {"table.last_page_len[1] is 5"}, on_csr([](S& s) { s.last_page_len[1] = 5; })},
       {"CsrPageIdOutOfRange", kTableUsers, kInvalid, {"table: page id 99 (row 1, page 0)"}, on_csr([](S& s) { s.indices[2] = 99; })},
+      {"CsrSequenceBeyondInt32", kTableUsers, kInvalid, {"table: sequence 0 has 2148532224 tokens", "more than 2^31 - 1"},
+       [](A& a, S& s) {  // 2049 pages of 2^20 tokens (page 0 over and over): rejected before any read
+         constexpr std::int64_t kBigPage = std::int64_t{1} << 20, kPageBytes = kBigPage * kKVHeads * kDim * 2;
+         const auto k = reinterpret_cast<std::uintptr_t>(s.scratch.data());
+         a.cache.k = TensorView(reinterpret_cast<void*>(k), DType::kF16, {1, kBigPage, kKVHeads, kDim});
+         a.cache.v = TensorView(reinterpret_cast<void*>(k + kPageBytes), DType::kF16, {1, kBigPage, kKVHeads, kDim});
+         s.indices.assign(2049, 0);
+         s.indptr = {0, 2049, 2049};
+         s.last_page_len = {static_cast<std::int32_t>(kBigPage), 1};
+         set_table(a, CsrPageTable{TensorView(s.indptr.data(), DType::kI32, {3}), TensorView(s.indices.data(), DType::kI32, {2049}),
+                                   TensorView(s.last_page_len.data(), DType::kI32, {2})});
+       }},
       // ---- decode ----
       {"DecodeSeqCountDiffers", {Call::kDecode}, kInvalid, {"q has 1 sequences but the page table has 2"},
        [](A& a, S&) {

@@ -170,6 +170,10 @@ TEST(MergeState, RejectsOutputsThatPartlyOverlapAnInputOrEachOther) {
   check(l(lb, 0), v(out, 0), l(a, kRow), "lse_out overlaps v_a");
   check(l(out, 3), v(out, 0), l(lo, 0), "v_out overlaps lse_b");
   check(l(lb, 0), v(out, 0), l(out, 0), "lse_out overlaps v_out");  // lse_out inside v_out
+  // Broadcast outputs (row stride 0): every row's result would land on row 0, racing.
+  check(l(lb, 0), TensorView(out.data(), DType::kF32, {R, H, D}, {0, D, 1}), l(lo, 0),
+        "v_out addresses some elements twice");
+  check(l(lb, 0), v(out, 0), TensorView(lo.data(), DType::kF32, {R, H}, {0, 1}), "lse_out addresses some elements twice");
   // The same buffers merge when outputs meet inputs element for element, or not at all.
   merge_state(Context::cpu(), v(a, 0), l(la, 0), v(b, 0), l(lb, 0), v(out, 0), l(lo, 0));
   merge_state(Context::cpu(), v(a, 0), l(la, 0), v(b, 0), l(lb, 0), v(a, 0), l(la, 0));

@@ -240,6 +240,26 @@ TEST(CudaDecodeErrors, RejectsMoreSplitsThanTheGridHolds) {
   EXPECT_EQ(out.snapshot(), before);
 }
 
+// More query heads than a grid dimension holds (the split merge's grid.y): a clear error
+// before anything is launched, not a failed launch after the decode kernel ran.
+TEST(CudaDecodeErrors, RejectsMoreQueryHeadsThanTheGridHolds) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  Case c;
+  c.head_dim = 8, c.page_size = 16, c.num_q_heads = 65536, c.num_kv_heads = 1, c.lens = {64};
+  HostProblem h = build(c, 12);
+  DeviceProblem d = to_device(h, params_of(c, h));
+  DeviceBuffer out(static_cast<std::size_t>(c.num_q_heads * c.head_dim) * 2);
+  test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
+  const auto before = out.snapshot();
+  const TensorView out_view(out.get(), DType::kBF16, {1, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  const PageTable host_table = h.table();
+  const DecodeOptions split{DecodeVariant::kSplitK, 16, &host_table};
+  test::expect_error_then_sync(
+      [&] { decode(Context{Device::cuda(0)}, d.q.view, d.cache, d.table, d.params, out_view, {}, split); },
+      "at most 65535 query heads");
+  EXPECT_EQ(out.snapshot(), before);
+}
+
 // decode_workspace_bytes: a split plan needs its f32 partial states; exactly that many bytes of
 // ctx.workspace run the op, fewer are rejected before anything runs, and a one-pass plan and
 // the CPU need none.
