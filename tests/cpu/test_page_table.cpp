@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
 #include "paged_fixture.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
@@ -137,26 +138,14 @@ TEST(PageTable, ConversionErrorsAreInvalidArgument) {
   }
 }
 
-// Runs `f` and expects an invalid-argument Error whose message contains `needle`.
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(PageTable, ToBlockTableRejectsSeqLensPastI32) {
   // 3 pages of 2^30 tokens: seq_lens[0] was written as 2^31 + 1 wrapped to -2147483647.
   std::vector<std::int32_t> indptr = {0, 3}, indices = {0, 1, 2}, last = {1};
   const CsrPageTable csr{TensorView(indptr.data(), DType::kI32, {2}), TensorView(indices.data(), DType::kI32, {3}),
                          TensorView(last.data(), DType::kI32, {1})};
-  expect_error([&] { (void)to_block_table(csr, std::int64_t{1} << 30); },
+  expect_invalid_argument([&] { (void)to_block_table(csr, std::int64_t{1} << 30); },
                "sequence 0 has 3 pages of 1073741824 tokens and last_page_len[0] = 1");
-  expect_error([&] { (void)to_block_table(csr, std::numeric_limits<std::int64_t>::max()); }, "sequence 0 has 3 pages");
+  expect_invalid_argument([&] { (void)to_block_table(csr, std::numeric_limits<std::int64_t>::max()); }, "sequence 0 has 3 pages");
   // The largest length an i32 holds is still accepted: 2 full pages of 2^30 - 1 and one of 1.
   const BlockTableData bt = to_block_table(csr, (std::int64_t{1} << 30) - 1);
   EXPECT_EQ(bt.seq_lens, (std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::max()}));
@@ -184,14 +173,14 @@ TEST(PageTable, ToBlockTableRejectsNegativePageIdsInUse) {
   std::vector<std::int32_t> indptr = {0, 1, 3}, indices = {4, 1, -7, -9}, last = {2, 3};
   const CsrPageTable csr{TensorView(indptr.data(), DType::kI32, {3}), TensorView(indices.data(), DType::kI32, {4}),
                          TensorView(last.data(), DType::kI32, {2})};
-  expect_error([&] { (void)to_block_table(csr, 4); }, "indices[2] is -7 but sequence 1 uses that page");
+  expect_invalid_argument([&] { (void)to_block_table(csr, 4); }, "indices[2] is -7 but sequence 1 uses that page");
   // Past indptr[num_seqs] the entries are unused and may hold anything.
   indptr[2] = 2;
   const BlockTableData bt = to_block_table(csr, 4);
   EXPECT_EQ(bt.block_table, (std::vector<std::int32_t>{4, 1}));
   // And a negative id first in the list.
   indices[0] = -1;
-  expect_error([&] { (void)to_block_table(csr, 4); }, "indices[0] is -1 but sequence 0 uses that page");
+  expect_invalid_argument([&] { (void)to_block_table(csr, 4); }, "indices[0] is -1 but sequence 0 uses that page");
 }
 
 // Ops accept tables that describe nothing: no sequences, and sequences without pages whose

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.h"
 #include "pagedattn/dlpack.h"
 #include "pagedattn/error.h"
 #include "pagedattn/tensor.h"
@@ -17,39 +18,29 @@ namespace {
 
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 
-// Runs `f` and expects an invalid-argument Error whose message contains `needle`.
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using pagedattn::testing::expect_invalid_argument;
 
 TEST(TensorViewSizes, ElementCountPastInt64IsRejected) {
   // 2^40 * 2^20 * 16 = 2^64 elements: the count wrapped to 0, so a null pointer passed the ops'
   // null check and append_kv wrote through it.
-  expect_error([] { (void)TensorView(nullptr, DType::kF32, {1LL << 40, 1LL << 20, 1, 16}); },
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kF32, {1LL << 40, 1LL << 20, 1, 16}); },
                "f32[1099511627776, 1048576, 1, 16] has more elements than an int64 counts");
   const std::int64_t shape[] = {1LL << 40, 1LL << 20, 1, 16}, strides[] = {1LL << 24, 16, 16, 1};
-  expect_error([&] { (void)TensorView(nullptr, DType::kF32, shape, strides); }, "more elements than an int64");
-  expect_error([] { (void)TensorView(nullptr, DType::kF32, {1LL << 40, 1LL << 20, 1, 16}, {1LL << 24, 16, 16, 1}); },
+  expect_invalid_argument([&] { (void)TensorView(nullptr, DType::kF32, shape, strides); }, "more elements than an int64");
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kF32, {1LL << 40, 1LL << 20, 1, 16}, {1LL << 24, 16, 16, 1}); },
                "more elements than an int64");
   // Zero sizes do not excuse the others: the row-major strides of this view would overflow.
-  expect_error([] { (void)TensorView(nullptr, DType::kF32, {0, 1LL << 40, 1LL << 40}); }, "more elements");
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kF32, {0, 1LL << 40, 1LL << 40}); }, "more elements");
 }
 
 TEST(TensorViewSizes, ByteSpanPastInt64IsRejected) {
   // 2^61 f32 elements count fine but span 2^63 bytes.
-  expect_error([] { (void)TensorView(nullptr, DType::kF32, {1LL << 61}); },
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kF32, {1LL << 61}); },
                "f32[2305843009213693952] strides [1] spans more bytes than an int64 counts");
   // Few elements, far apart (either sign of stride).
-  expect_error([] { (void)TensorView(nullptr, DType::kI32, {3}, {1LL << 61}); }, "spans more bytes");
-  expect_error([] { (void)TensorView(nullptr, DType::kI32, {3}, {-(1LL << 61)}); }, "spans more bytes");
-  expect_error([] { (void)TensorView(nullptr, DType::kI64, {2}, {std::numeric_limits<std::int64_t>::min()}); },
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kI32, {3}, {1LL << 61}); }, "spans more bytes");
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kI32, {3}, {-(1LL << 61)}); }, "spans more bytes");
+  expect_invalid_argument([] { (void)TensorView(nullptr, DType::kI64, {2}, {std::numeric_limits<std::int64_t>::min()}); },
                "spans more bytes");
 }
 
@@ -73,33 +64,33 @@ TEST(TensorViewSizes, DLPackElementCountPastInt64IsRejected) {
   t.ndim = 4;
   t.dtype = {kDLFloat, 32, 1};
   t.shape = shape;
-  expect_error([&] { (void)from_dlpack(t); }, "DLPack tensor of shape [1099511627776, 1048576, 1, 16] has more elements");
+  expect_invalid_argument([&] { (void)from_dlpack(t); }, "DLPack tensor of shape [1099511627776, 1048576, 1, 16] has more elements");
   // The same with explicit strides, and with a span too wide for its few elements.
   std::int64_t strides[] = {1LL << 24, 16, 16, 1};
   t.strides = strides;
-  expect_error([&] { (void)from_dlpack(t); }, "has more elements");
+  expect_invalid_argument([&] { (void)from_dlpack(t); }, "has more elements");
   std::vector<float> mem(4);
   std::int64_t three[] = {3}, far[] = {1LL << 62};
   t.data = mem.data();
   t.ndim = 1;
   t.shape = three;
   t.strides = far;
-  expect_error([&] { (void)from_dlpack(t); }, "spans more bytes");
+  expect_invalid_argument([&] { (void)from_dlpack(t); }, "spans more bytes");
 }
 
 TEST(TensorViewSlices, RangesThatOverflowAreRejected) {
   std::vector<float> mem(4);
   const TensorView v(mem.data(), DType::kF32, {4});
   // start + length wrapped negative and passed the range check: a view before the buffer.
-  expect_error([&] { (void)v.slice(0, kMax, 1); }, "slice of length 1 at 9223372036854775807 of dimension 0");
-  expect_error([&] { (void)v.slice(0, 1, kMax); }, "out of range for f32[4]");
-  expect_error([&] { (void)v.slice(0, kMax, kMax); }, "out of range");
-  expect_error([&] { (void)v.slice(0, 4, 1); }, "out of range");
-  expect_error([&] { (void)v.slice(0, -1, 1); }, "out of range");
-  expect_error([&] { (void)v.slice(1, 0, 1); }, "of dimension 1");
-  expect_error([&] { (void)v.select(0, kMax); }, "index 9223372036854775807 of dimension 0 is out of range");
-  expect_error([&] { (void)v.select(0, 4); }, "index 4 of dimension 0");
-  expect_error([&] { (void)v.select(0, -1); }, "index -1");
+  expect_invalid_argument([&] { (void)v.slice(0, kMax, 1); }, "slice of length 1 at 9223372036854775807 of dimension 0");
+  expect_invalid_argument([&] { (void)v.slice(0, 1, kMax); }, "out of range for f32[4]");
+  expect_invalid_argument([&] { (void)v.slice(0, kMax, kMax); }, "out of range");
+  expect_invalid_argument([&] { (void)v.slice(0, 4, 1); }, "out of range");
+  expect_invalid_argument([&] { (void)v.slice(0, -1, 1); }, "out of range");
+  expect_invalid_argument([&] { (void)v.slice(1, 0, 1); }, "of dimension 1");
+  expect_invalid_argument([&] { (void)v.select(0, kMax); }, "index 9223372036854775807 of dimension 0 is out of range");
+  expect_invalid_argument([&] { (void)v.select(0, 4); }, "index 4 of dimension 0");
+  expect_invalid_argument([&] { (void)v.select(0, -1); }, "index -1");
 }
 
 TEST(TensorViewSlices, EdgesOfTheRangeAreAccepted) {
@@ -121,8 +112,8 @@ TEST(TensorViewSlices, ElementPtrTakesAtMostOneIndexPerDimension) {
   EXPECT_EQ(v.element_ptr({1}), mem.data() + 4);
   // Past kMaxRank the strides were read past their array; past the rank (after a select, say)
   // they are stale.
-  expect_error([&] { (void)v.element_ptr({0, 0, 0, 0, 0, 0, 0}); }, "7 indices for f32[3, 4]");
-  expect_error([&] { (void)v.select(0, 1).element_ptr({0, 0}); }, "2 indices for f32[4]");
+  expect_invalid_argument([&] { (void)v.element_ptr({0, 0, 0, 0, 0, 0, 0}); }, "7 indices for f32[3, 4]");
+  expect_invalid_argument([&] { (void)v.select(0, 1).element_ptr({0, 0}); }, "2 indices for f32[4]");
 }
 
 }  // namespace

@@ -220,44 +220,37 @@ TEST(CudaDecodeErrors, RejectsBadInputAndWritesNothing) {
   expect_error([&] { decode(shifted, d.q.view, d.cache, d.table, d.params, out_view, {}, split); }, "16-byte aligned");
 }
 
-// A sequence's splits are the grid's y index: a partition so small that a sequence needs more
-// than 65535 of them is rejected while planning, before anything runs.
+// Decode of c's single sequence with `options` (its host table filled in here) must throw an
+// error mentioning `needle` before it launches anything: out keeps its fill.
+void expect_rejected_before_launch(const Case& c, unsigned seed, DecodeOptions options, const char* needle) {
+  HostProblem h = build(c, seed);
+  DeviceProblem d = to_device(h, params_of(c, h));
+  DeviceBuffer out(static_cast<std::size_t>(c.num_q_heads * c.head_dim) * 2);
+  test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
+  const auto before = out.snapshot();
+  const TensorView out_view(out.get(), DType::kBF16, {1, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  const PageTable host_table = h.table();
+  options.host_table = &host_table;
+  test::expect_error_then_sync(
+      [&] { decode(Context{Device::cuda(0)}, d.q.view, d.cache, d.table, d.params, out_view, {}, options); }, needle);
+  EXPECT_EQ(out.snapshot(), before);
+}
+
+// One-token splits of a 65537-token sequence: more splits than grid.y holds.
 TEST(CudaDecodeErrors, RejectsMoreSplitsThanTheGridHolds) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;
   c.head_dim = 8, c.page_size = 1, c.num_q_heads = 2, c.num_kv_heads = 1, c.lens = {65537};
-  HostProblem h = build(c, 11);
-  DeviceProblem d = to_device(h, params_of(c, h));
-  DeviceBuffer out(static_cast<std::size_t>(c.num_q_heads * c.head_dim) * 2);
-  test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
-  const auto before = out.snapshot();
-  const TensorView out_view(out.get(), DType::kBF16, {1, c.num_q_heads, c.head_dim}, Device::cuda(0));
-  const PageTable host_table = h.table();
-  const DecodeOptions one_token_splits{DecodeVariant::kSplitK, 1, &host_table};
-  test::expect_error_then_sync(
-      [&] { decode(Context{Device::cuda(0)}, d.q.view, d.cache, d.table, d.params, out_view, {}, one_token_splits); },
-      "65535 splits");
-  EXPECT_EQ(out.snapshot(), before);
+  expect_rejected_before_launch(c, 11, DecodeOptions{DecodeVariant::kSplitK, 1}, "65535 splits");
 }
 
-// More query heads than a grid dimension holds (the split merge's grid.y): a clear error
-// before anything is launched, not a failed launch after the decode kernel ran.
+// More query heads than the split merge's grid.y holds: a clear error before anything is
+// launched, not a failed launch after the decode kernel ran.
 TEST(CudaDecodeErrors, RejectsMoreQueryHeadsThanTheGridHolds) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;
   c.head_dim = 8, c.page_size = 16, c.num_q_heads = 65536, c.num_kv_heads = 1, c.lens = {64};
-  HostProblem h = build(c, 12);
-  DeviceProblem d = to_device(h, params_of(c, h));
-  DeviceBuffer out(static_cast<std::size_t>(c.num_q_heads * c.head_dim) * 2);
-  test::cuda_ok(cudaMemset(out.get(), 0x5a, out.bytes()), "fill");
-  const auto before = out.snapshot();
-  const TensorView out_view(out.get(), DType::kBF16, {1, c.num_q_heads, c.head_dim}, Device::cuda(0));
-  const PageTable host_table = h.table();
-  const DecodeOptions split{DecodeVariant::kSplitK, 16, &host_table};
-  test::expect_error_then_sync(
-      [&] { decode(Context{Device::cuda(0)}, d.q.view, d.cache, d.table, d.params, out_view, {}, split); },
-      "at most 65535 query heads");
-  EXPECT_EQ(out.snapshot(), before);
+  expect_rejected_before_launch(c, 12, DecodeOptions{DecodeVariant::kSplitK, 16}, "at most 65535 query heads");
 }
 
 // decode_workspace_bytes: a split plan needs its f32 partial states; exactly that many bytes of
