@@ -74,17 +74,26 @@ void print_table(const std::vector<nlohmann::json>& records) {
   table.print(stdout, {0, 1, 2, 3, 8});
 }
 
-int report(const BenchOptions& o, const std::vector<nlohmann::json>& records) {
+// --out's file, opened before a benchmark runs: a path that cannot be written is reported
+// before minutes of measuring, not after.
+std::ofstream open_out_file(const BenchOptions& o) {
+  std::ofstream out;
+  if (o.out_file.empty()) return out;
+  out.open(o.out_file);
+  check_arg(out.good(), "--out: cannot open '" + o.out_file + "' for writing");
+  return out;
+}
+
+int report(const BenchOptions& o, std::ofstream& out, const std::vector<nlohmann::json>& records) {
   if (o.json) {
     for (const nlohmann::json& r : records) fmt::print("{}\n", r.dump());
   } else {
     print_table(records);
   }
   if (!o.out_file.empty()) {
-    std::ofstream out(o.out_file);
-    check_arg(out.good(), "--out: cannot open '" + o.out_file + "' for writing");
     for (const nlohmann::json& r : records) out << r.dump() << '\n';
-    check_arg(out.good(), "--out: writing '" + o.out_file + "' failed");
+    out.close();  // the buffered bytes reach the file (or fail: a full disk) here, not in the destructor
+    check_arg(!out.fail(), "--out: writing '" + o.out_file + "' failed");
     if (!o.json) fmt::print("wrote {} record(s) to {}\n", records.size(), o.out_file);
   }
   return 0;
@@ -119,10 +128,11 @@ void apply_timing_options(const BenchOptions& o, Config& c) {
 // Runs a benchmark, `run(progress)`, with a progress line on stderr, and reports its records.
 template <typename Run>
 int run_reported(const BenchOptions& o, Run&& run) {
+  std::ofstream out = open_out_file(o);
   ProgressLine progress(stderr);
   const std::vector<nlohmann::json> records = run([&](const std::string& m) { progress.update(m); });
   progress.finish();
-  return report(o, records);
+  return report(o, out, records);
 }
 
 #if defined(PAGEDATTN_BENCH_CUDA)

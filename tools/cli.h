@@ -35,6 +35,8 @@ void add_threads_option(CLI::App& cmd, int& threads);
 CLI::Validator float_dtype_validator();
 // --heads Q/KV (or a single N for multi-head attention).
 CLI::Validator heads_validator();
+// A share in [0, 1] (CLI::Range lets NaN through: every comparison with it is false).
+CLI::Validator share_validator();
 
 struct HeadCounts {
   std::int64_t num_q_heads = 0;

@@ -50,6 +50,9 @@ std::string heads_problem(std::string_view text, HeadCounts& h) {
                             parse_positive(text.substr(slash + 1), h.num_kv_heads);
   if (!ok) return fmt::format("'{}' is not Q/KV (e.g. 32/8) or N", text);
   if (slash == std::string_view::npos) h.num_kv_heads = h.num_q_heads;
+  // The CUDA grids hold at most 65535 heads, and larger counts only exhaust memory on the CPU.
+  constexpr std::int64_t kMaxHeads = 65535;
+  if (h.num_q_heads > kMaxHeads) return fmt::format("{}: at most {} query heads", text, kMaxHeads);
   if (h.num_q_heads % h.num_kv_heads != 0) {
     return fmt::format("{}: the query heads ({}) must be a multiple of the KV heads ({})", text,
                        h.num_q_heads, h.num_kv_heads);
@@ -63,6 +66,18 @@ HeadCounts parse_heads(std::string_view text) {
   const std::string problem = heads_problem(text, h);
   check_arg(problem.empty(), "--heads " + problem);
   return h;
+}
+
+CLI::Validator share_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double x = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, x);
+        if (ec != std::errc{} || ptr != end || !(x >= 0.0 && x <= 1.0)) return "'" + text + "' is not a share in [0, 1]";
+        return {};
+      },
+      "SHARE in [0, 1]");
 }
 
 CLI::Validator heads_validator() {

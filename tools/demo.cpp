@@ -155,10 +155,10 @@ void add_demo_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--shared-prefix-share", o->shared_prefix_share,
                   "Share of requests that start with a common system prompt (prefix-cache hits)")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(share_validator())->capture_default_str();
   cmd->add_option("--fork-share", o->fork_share,
                   "Share of requests sampled twice: forked after the prompt, pages copied on write")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(share_validator())->capture_default_str();
   cmd->add_option("--verify-every", o->verify_every,
                   "Compare attention with the reference every N steps (0 = never)")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();

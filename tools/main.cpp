@@ -38,6 +38,11 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A first word that names no command: CLI11 would only say that one is required.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && argc > 1 && argv[1][0] != '-') {
+      fmt::print(stderr, "pagedattn: unknown command '{}' (expected demo, verify, bench or info; see --help)\n", argv[1]);
+      return kExitUsage;
+    }
     // --help and --version arrive here too; CLI11 prints them and returns 0 for them.
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;

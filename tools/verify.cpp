@@ -46,9 +46,9 @@ int run_verify(const VerifyOptions& o) {
                        testing::describe(c).find(o.filter) != std::string::npos;
     if (match) cases.push_back(std::move(c));
   }
-  if (cases.empty()) {
+  if (cases.empty()) {  // a usage problem (exit 2), not a failed check (exit 1)
     fmt::print(stderr, "pagedattn verify: no case matches '{}'\n", o.filter);
-    return 1;
+    return 2;
   }
 
   Table table({"#", "group", "case", "max abs err", "lse err", "nmse", "result"});
@@ -97,10 +97,12 @@ void add_verify_command(CLI::App& app, Action& action) {
       "verify", "Check every layout, dtype, page size and variant against the double-precision reference");
   add_device_option(*cmd, o->device);
   add_threads_option(*cmd, o->threads);
-  cmd->add_flag("--quick", o->quick, "Run the representative subset of the case table");
-  cmd->add_option("--random", o->random, "Run this many random cases (any head_dim, every op, layout and dtype) instead of the table")
-      ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--seed", o->seed, "Seed of --random's cases")->capture_default_str();
+  CLI::Option* quick = cmd->add_flag("--quick", o->quick, "Run the representative subset of the case table");
+  CLI::Option* random =
+      cmd->add_option("--random", o->random, "Run this many random cases (any head_dim, every op, layout and dtype) instead of the table")
+          ->check(CLI::Range(1, 1000000))
+          ->excludes(quick);
+  cmd->add_option("--seed", o->seed, "Seed of --random's cases")->capture_default_str()->needs(random);
   cmd->add_option("--filter", o->filter,
                   "Only cases whose group or description contains this text (e.g. vllm, fp8, prefill)");
   cmd->callback([&action, o] { action = [o] { return run_verify(*o); }; });

@@ -23,7 +23,7 @@ TensorView from_dlpack(const DLTensor& t, std::optional<DType> fp8 = std::nullop
 
 // A DLTensor over a view's memory, for a framework to import (non-owning: the memory must
 // outlive it). fp8 views export as uint8. The DLTensor's shape and strides point into this
-// object; a copy points into the copy.
+// object; a copy points into the copy. An undefined view throws Error.
 class DLPackView {
  public:
   explicit DLPackView(const TensorView& view);

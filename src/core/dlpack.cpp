@@ -90,6 +90,8 @@ TensorView from_dlpack(const DLTensor& t, std::optional<DType> fp8) {
 }
 
 DLPackView::DLPackView(const TensorView& view) {
+  // An undefined view would export as a 0-d tensor (one element) over a null pointer.
+  check_arg(view.defined(), "DLPackView: the view is undefined (no data and no shape)");
   for (int d = 0; d < view.rank(); ++d) {
     shape_[static_cast<std::size_t>(d)] = view.size(d);
     strides_[static_cast<std::size_t>(d)] = view.stride(d);

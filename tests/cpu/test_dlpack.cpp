@@ -100,6 +100,12 @@ TEST(DLPack, CacheViewsFromImportedTensors) {
   EXPECT_EQ(back.head_dim, 64);
 }
 
+// An undefined view has no tensor to export: as a 0-d DLTensor it would claim one element at
+// a null address.
+TEST(DLPackErrors, ExportOfAnUndefinedViewIsRejected) {
+  EXPECT_THROW((void)DLPackView(TensorView{}), Error);
+}
+
 TEST(DLPackErrors, RejectsWhatHasNoView) {
   std::vector<float> mem(16);
   std::int64_t shape[7] = {2, 2, 1, 1, 1, 1, 1};
