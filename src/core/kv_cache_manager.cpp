@@ -176,6 +176,19 @@ struct KVCacheManager::Impl {
     --lru_size;
   }
 
+  // `p` becomes the index's page for `hash`: registered, with its key's parts and its tokens (its
+  // serial and the index entry are the caller's).
+  void set_entry(PageId p, std::uint64_t hash, std::uint64_t parent_hash, std::uint64_t salt,
+                 std::uint64_t parent_serial, std::span<const TokenId> tokens) {
+    Page& pg = page(p);
+    pg.registered = true;
+    pg.hash = hash;
+    pg.parent_hash = parent_hash;
+    pg.salt = salt;
+    pg.parent_serial = parent_serial;
+    store_tokens(p, tokens);
+  }
+
   // ---- copies of registered pages (intrusive list from Page::first_copy) ----
   void link_copy(PageId original, PageId p) {
     Page& o = page(original);
@@ -205,14 +218,9 @@ struct KVCacheManager::Impl {
     }
     const PageId heir = pg.first_copy;
     unlink_copy(heir);
+    set_entry(heir, pg.hash, pg.parent_hash, pg.salt, pg.parent_serial, tokens_of(p));
     Page& h = page(heir);
-    h.registered = true;
     h.serial = pg.serial;
-    h.hash = pg.hash;
-    h.parent_hash = pg.parent_hash;
-    h.salt = pg.salt;
-    h.parent_serial = pg.parent_serial;
-    store_tokens(heir, tokens_of(p));
     h.first_copy = std::exchange(pg.first_copy, kNoPage);
     for (PageId c = h.first_copy; c != kNoPage; c = page(c).copy_next) page(c).original = heir;
     it->second = heir;
@@ -295,13 +303,7 @@ struct KVCacheManager::Impl {
     const PageId held = it->second;
     if (held == kNoPage) {
       it->second = p;
-      Page& pg = page(p);
-      pg.registered = true;
-      pg.hash = s.chain_hash;
-      pg.parent_hash = parent_hash;
-      pg.salt = s.salt;
-      pg.parent_serial = s.chain_serial;
-      store_tokens(p, tokens);
+      set_entry(p, s.chain_hash, parent_hash, s.salt, s.chain_serial, tokens);
     } else if (held == p || page(p).original == held) {
       // A fork of `s` registered this page, or found the same one registered: nothing to add.
     } else if (same_entry(held, s.salt, s.chain_serial, tokens)) {

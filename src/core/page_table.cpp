@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "core/validate.h"
 #include "pagedattn/error.h"
 
 namespace pagedattn {
@@ -110,7 +111,6 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
   // Every check before the table is written: indptr, each sequence's length, which must fit its
   // i32 seq_lens entry ((count - 1) * page_size + last overflowed for large page sizes), and the
   // page ids it uses.
-  constexpr std::int64_t kMaxLen = std::numeric_limits<std::int32_t>::max();
   BlockTableData out;
   out.num_seqs = n;
   for (std::int64_t s = 0; s < n; ++s) {
@@ -125,10 +125,10 @@ BlockTableData to_block_table(const CsrPageTable& table, std::int64_t page_size)
         return "last_page_len[" + std::to_string(s) + "] is " + std::to_string(last) + ", expected [1, " +
                std::to_string(page_size) + "]";
       });
-      check_arg(count - 1 <= (kMaxLen - last) / page_size, [&] {
+      check_arg(detail::csr_length_fits_i32(count, page_size, last), [&] {
         return "sequence " + std::to_string(s) + " has " + std::to_string(count) + " pages of " +
                std::to_string(page_size) + " tokens and last_page_len[" + std::to_string(s) + "] = " +
-               std::to_string(last) + ": its length exceeds " + std::to_string(kMaxLen) +
+               std::to_string(last) + ": its length exceeds " + std::to_string(detail::kMaxSeqLen) +
                ", the most an i32 seq_lens entry holds";
       });
     }

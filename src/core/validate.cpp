@@ -1,9 +1,7 @@
 #include "core/validate.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -49,6 +47,11 @@ void check_tensor(const Context& ctx, const TensorView& t, std::string_view name
     check_arg(reinterpret_cast<std::uintptr_t>(t.data()) % dtype_size(t.dtype()) == 0,
               [&] { return n + " is not aligned to its element size"; });
   }
+}
+
+void check_distinct_elements(const TensorView& t, std::string_view name) {
+  check_arg(elements_distinct(t),
+            [&] { return std::string(name) + " addresses some elements twice (got " + t.describe() + ")"; });
 }
 
 void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t expected,
@@ -155,8 +158,8 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache, std::strin
     }
   }
   // Writes (append_kv, copy_blocks, swap_blocks) must land in one place each.
-  check_arg(elements_distinct(k), [&] { return n + ".k addresses some elements twice (got " + k.describe() + ")"; });
-  check_arg(elements_distinct(v), [&] { return n + ".v addresses some elements twice (got " + v.describe() + ")"; });
+  check_distinct_elements(k, n + ".k");
+  check_distinct_elements(v, n + ".v");
   check_arg(!views_overlap(k, v), [&] { return n + ".k and " + n + ".v overlap in memory"; });
   if (is_fp8(kv.dtype)) {
     check_arg(std::isfinite(cache.k_scale) && cache.k_scale > 0,
@@ -276,11 +279,9 @@ PageTableAccess resolve_table(const Context& ctx, const PageTable& table, const 
         return n + ".last_page_len[" + str(r) + "] is " + str(last) + ", expected [1, " + str(kv.page_size) +
             "]";
       });
-      // Lengths are i32 as a block table's seq_lens are (the kernels hold positions in 32 bits).
-      const std::int64_t len = (end - begin - 1) * kv.page_size + last;
-      check_arg(len <= INT32_MAX, [&] {
-        return n + ": sequence " + str(r) + " has " + str(len) + " tokens (" + str(end - begin) + " pages of " +
-               str(kv.page_size) + "), more than 2^31 - 1";
+      check_arg(csr_length_fits_i32(end - begin, kv.page_size, last), [&] {
+        return n + ": sequence " + str(r) + " has " + str((end - begin - 1) * kv.page_size + last) + " tokens (" +
+               str(end - begin) + " pages of " + str(kv.page_size) + "), more than 2^31 - 1";
       });
     }
     check_pages(a.indices + begin, end - begin, 1, r);
@@ -359,14 +360,14 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
   a.out_head_stride = out.stride(1);
   // Every output element is written once, and no output overwrites q before it is read;
   // out may be q itself (the same view: each query's output replaces it).
-  check_arg(elements_distinct(out), [&] { return "out addresses some elements twice (got " + out.describe() + ")"; });
+  check_distinct_elements(out, "out");
   check_arg(same_view(q, out) || !views_overlap(q, out),
             [&] { return "out overlaps q in memory (only out == q, the same view, is allowed)"; });
   if (lse.defined()) {
     check_tensor(ctx, lse, "lse", {DType::kF32}, 2);
     check_dim(lse, "lse", 0, num_tokens, "tokens");
     check_dim(lse, "lse", 1, num_q_heads, "num_q_heads");
-    check_arg(elements_distinct(lse), [&] { return "lse addresses some elements twice (got " + lse.describe() + ")"; });
+    check_distinct_elements(lse, "lse");
     check_arg(!views_overlap(lse, out), [&] { return "lse overlaps out in memory"; });
     check_arg(!views_overlap(lse, q), [&] { return "lse overlaps q in memory"; });
     a.lse = lse.data_as<float>();

@@ -20,6 +20,16 @@ constexpr std::int64_t kMaxHeadDim = 256;
 // non-null data when non-empty, element-aligned.
 void check_tensor(const Context& ctx, const TensorView& t, std::string_view name,
                   std::initializer_list<DType> allowed, int rank);
+// Checks that no two elements of t share memory (an output or a cache written through t would
+// take racing or lost writes); `name` leads the message.
+void check_distinct_elements(const TensorView& t, std::string_view name);
+// The longest sequence: the kernels and a block table's i32 seq_lens hold lengths in 32 bits.
+constexpr std::int64_t kMaxSeqLen = 2147483647;
+// Whether a CSR row of `pages` pages (>= 1), the last holding `last_page_len` tokens, is at most
+// kMaxSeqLen tokens long, computed without overflow for any page size.
+inline bool csr_length_fits_i32(std::int64_t pages, std::int64_t page_size, std::int64_t last_page_len) {
+  return pages - 1 <= (kMaxSeqLen - last_page_len) / page_size;
+}
 // Checks t.size(dim) == expected.
 void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t expected,
                std::string_view what);
