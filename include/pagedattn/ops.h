@@ -72,8 +72,9 @@ void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& blo
 // views that overlap in memory (the pages' bytes are compared, not the caches' pointers). Each
 // page of K and of V must be one dense block, arranged alike in both caches (every layout as
 // KVCacheSpec::make_views and PagedKV::from_stacked give it). Values are copied as stored, so fp8
-// caches must share their scales (each per-tensor one is checked unless per-head scales replace
-// it in either cache; per-head scale tensors are not read). ctx: the GPU the caches are on (the
+// caches must give each KV head the same scale (its per-head one where a cache has per-head
+// scales, else the per-tensor one; checked unless per-head scales live on a GPU, where they are
+// not read). ctx: the GPU the caches are on (the
 // copies are enqueued on its stream; with host memory that is not page-locked they also wait for
 // the host, and only page-locked memory can be captured in a CUDA graph), or the CPU when both
 // are in host memory.

@@ -62,17 +62,26 @@ void check_geometry(const PagedKV& src, const PagedKV& dst, const detail::KVCach
                             std::tuple{s.head_dim, d.head_dim, "head_dim"}}) {
     check_arg(a == b, [&] { return "dst has " + std::string(what) + " " + str(b) + " but src has " + str(a); });
   }
-  // Each per-tensor scale matters unless per-head scales replace it in both caches (per-head
-  // K scales say nothing of V's per-tensor one).
+  // Values are copied as stored, so each KV head's scale must be the same in both caches: the
+  // per-head one where a cache gives them, else its per-tensor one (per-head K scales say
+  // nothing of V's). Per-head scales on a GPU are not read (that would synchronise every call):
+  // there they are the caller's to keep alike.
   if (is_fp8(s.dtype)) {
-    const bool k_heads = src.k_head_scales.defined() || dst.k_head_scales.defined();
-    const bool v_heads = src.v_head_scales.defined() || dst.v_head_scales.defined();
-    for (auto [sa, da, head_scales, what] : {std::tuple{src.k_scale, dst.k_scale, k_heads, "k_scale"},
-                                             std::tuple{src.v_scale, dst.v_scale, v_heads, "v_scale"}}) {
-      check_arg(head_scales || sa == da, [&] {
-        return "src and dst are fp8 caches with different scales: dst." + std::string(what) + " " + std::to_string(da) +
-               " but src." + what + " " + std::to_string(sa) + " (their stored values would change meaning)";
-      });
+    for (auto [sh, dh, is_v] : {std::tuple{&src.k_head_scales, &dst.k_head_scales, false},
+                                std::tuple{&src.v_head_scales, &dst.v_head_scales, true}}) {
+      auto host_readable = [](const TensorView* t) { return !t->defined() || t->device().type == DeviceType::kCPU; };
+      if (!host_readable(sh) || !host_readable(dh)) continue;
+      for (std::int64_t h = 0; h < s.num_kv_heads; ++h) {
+        const float sa = is_v ? s.v_scale_of(h) : s.k_scale_of(h), da = is_v ? d.v_scale_of(h) : d.k_scale_of(h);
+        check_arg(sa == da, [&] {
+          auto name = [&](const TensorView* heads) {
+            return heads->defined() ? std::string(is_v ? "v_head_scales[" : "k_head_scales[") + str(h) + "]"
+                                    : std::string(is_v ? "v_scale" : "k_scale");
+          };
+          return "src and dst are fp8 caches with different scales: dst." + name(dh) + " " + std::to_string(da) +
+                 " but src." + name(sh) + " " + std::to_string(sa) + " (their stored values would change meaning)";
+        });
+      }
     }
   }
   for (auto [a, b, name] : {std::tuple{&s.k, &d.k, "K"}, std::tuple{&s.v, &d.v, "V"}}) {

@@ -1,9 +1,11 @@
-// swap_blocks between host caches: pages land byte for byte (runs of consecutive pages and
-// scattered ones, every layout, stacked caches, pools of different sizes, one cache onto
-// itself), untouched pages stay as they were, and every kind of bad argument is rejected with
-// nothing written.
+// The whole-page copies on host caches. swap_blocks between caches: pages land byte for byte
+// (runs of consecutive pages and scattered ones, every layout, stacked caches, pools of different
+// sizes, one cache onto itself), untouched pages stay as they were, and every kind of bad
+// argument is rejected with nothing written. copy_blocks within a cache (copy-on-write): the same
+// byte-for-byte landing in every layout and dtype (its bad input is in test_bad_input.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -30,6 +32,25 @@ struct HostCache {
                                ? TensorView(mem.data(), s.dtype, {s.num_pages, 2, s.page_size, s.num_kv_heads, s.head_dim})
                                : TensorView(mem.data(), s.dtype, {s.num_pages, 2, s.num_kv_heads, s.page_size, s.head_dim});
     kv = PagedKV::from_stacked(all, s.layout);
+  }
+  // A copy is a snapshot: its views address its own bytes (the defaulted copy would keep
+  // viewing the original's, and a comparison with it could not fail).
+  HostCache(const HostCache& o) : spec(o.spec), bytes(o.bytes), mem(o.mem), kv(o.kv) { rebase(o); }
+  HostCache& operator=(const HostCache& o) {
+    if (this != &o) {
+      spec = o.spec;
+      bytes = o.bytes;
+      mem = o.mem;
+      kv = o.kv;
+      rebase(o);
+    }
+    return *this;
+  }
+  void rebase(const HostCache& o) {
+    for (TensorView* t : {&kv.k, &kv.v}) {
+      const std::ptrdiff_t at = static_cast<const std::byte*>(t->data()) - o.mem.data();
+      *t = TensorView::rebind(*t, mem.data() + at, t->device());
+    }
   }
   // Bytes of page p of K (is_v false) or V, wherever the views put them.
   std::vector<std::byte> page(std::int64_t p, bool is_v) const {
@@ -93,6 +114,42 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SwapBlocks, ::testing::ValuesIn(cases()), [](c
          (info.param.stacked ? "_stacked" : "");
 });
 
+class CopyBlocks : public ::testing::TestWithParam<Case> {};
+
+// Scattered pairs in both index dtypes, a run of consecutive pages, a page copied to two
+// destinations (copy-on-write of one shared page for two sequences).
+TEST_P(CopyBlocks, CopiesThePagesWithinTheCacheAndNothingElse) {
+  const Case c = GetParam();
+  const HostCache before(spec_of(c.layout, c.dtype, 16), 5, c.stacked);
+  const std::vector<std::int64_t> pairs = {9, 2, 3, 14, 4, 15, 0, 7, 9, 11};
+  const auto n = static_cast<std::int64_t>(pairs.size() / 2);
+  for (DType index : {DType::kI32, DType::kI64}) {
+    std::vector<std::int32_t> pairs32(pairs.begin(), pairs.end());
+    std::vector<std::int64_t> pairs64 = pairs;
+    const TensorView mapping = index == DType::kI32 ? TensorView(pairs32.data(), DType::kI32, {n, 2})
+                                                    : TensorView(pairs64.data(), DType::kI64, {n, 2});
+    HostCache fresh = before;
+    copy_blocks(Context::cpu(), fresh.kv, mapping);
+    std::vector<bool> written(16, false);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t s = pairs[static_cast<std::size_t>(2 * i)], d = pairs[static_cast<std::size_t>(2 * i + 1)];
+      written[static_cast<std::size_t>(d)] = true;
+      for (bool is_v : {false, true}) {
+        EXPECT_EQ(fresh.page(d, is_v), before.page(s, is_v)) << to_string(index) << " page " << s << " -> " << d;
+      }
+    }
+    for (std::int64_t p = 0; p < 16; ++p) {
+      if (written[static_cast<std::size_t>(p)]) continue;
+      for (bool is_v : {false, true}) EXPECT_EQ(fresh.page(p, is_v), before.page(p, is_v)) << "untouched page " << p;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CopyBlocks, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return std::string(to_string(info.param.layout)) + "_" + std::string(to_string(info.param.dtype)) +
+         (info.param.stacked ? "_stacked" : "");
+});
+
 TEST(SwapBlocksWithinOneCache, MovesPagesBetweenItsOwnPages) {
   HostCache cache(spec_of(KVLayout::kNHD, DType::kBF16, 8), 3);
   const HostCache before = cache;
@@ -152,7 +209,7 @@ TEST(SwapBlocksOverlap, RejectsPagesBothReadAndWrittenThroughOverlappingViews) {
 }
 
 // Each per-tensor fp8 scale is checked unless per-head scales replace that one: per-head K
-// scales say nothing about V's.
+// scales say nothing about V's (and are compared with the other cache's K scales).
 TEST(SwapBlocksScales, ChecksEachPerTensorScaleOnItsOwn) {
   const KVCacheSpec s = spec_of(KVLayout::kNHD, DType::kF8E4M3, 6);
   const HostCache src_cache(s, 10);
@@ -180,6 +237,40 @@ TEST(SwapBlocksScales, ChecksEachPerTensorScaleOnItsOwn) {
   dst.kv.k_head_scales = scales;
   swap_blocks(Context::cpu(), src, dst.kv, mapping);
   for (bool is_v : {false, true}) EXPECT_EQ(dst.page(1, is_v), src_cache.page(0, is_v));
+}
+
+// Per-head scales are compared head by head, with each other or with the other cache's
+// per-tensor scale: a swap between caches whose head 2 differs would change what its values mean.
+TEST(SwapBlocksScales, ComparesPerHeadScalesHeadByHead) {
+  const KVCacheSpec s = spec_of(KVLayout::kHND, DType::kF8E5M2, 6);
+  const HostCache src_cache(s, 12);
+  HostCache dst(s, 13);
+  std::vector<float> src_heads = {0.5f, 2.0f, 0.25f}, dst_heads = src_heads;
+  std::vector<std::int64_t> m = {3, 4};
+  const TensorView mapping(m.data(), DType::kI64, {1, 2});
+  PagedKV src = src_cache.kv;
+  src.v_head_scales = TensorView(src_heads.data(), DType::kF32, {s.num_kv_heads});
+  dst.kv.v_head_scales = TensorView(dst_heads.data(), DType::kF32, {s.num_kv_heads});
+  auto expect_rejected = [&](const std::string& needle) {
+    const std::vector<std::byte> before = dst.mem;
+    try {
+      swap_blocks(Context::cpu(), src, dst.kv, mapping);
+      ADD_FAILURE() << "accepted; expected an error containing '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(dst.mem, before) << needle;
+  };
+  dst_heads[2] = 0.5f;
+  expect_rejected("dst.v_head_scales[2] 0.500000 but src.v_head_scales[2] 0.250000");
+  // Per-head on one side, per-tensor on the other: each head against the per-tensor scale.
+  dst.kv.v_head_scales = TensorView();
+  dst.kv.v_scale = 0.5f;
+  expect_rejected("dst.v_scale 0.500000 but src.v_head_scales[1] 2.000000");
+  // Alike head by head: copied.
+  std::fill(src_heads.begin(), src_heads.end(), 0.5f);
+  swap_blocks(Context::cpu(), src, dst.kv, mapping);
+  for (bool is_v : {false, true}) EXPECT_EQ(dst.page(4, is_v), src_cache.page(3, is_v));
 }
 
 // Every kind of bad argument: an Error naming it, and dst's bytes unchanged.
