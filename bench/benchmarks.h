@@ -38,12 +38,25 @@ struct PrefillBenchConfig {
   int num_threads = 0;
   int warmup = 1;
   int iterations = 10;
-  DType dtype = DType::kBF16;  // q, KV and output
+  DType dtype = DType::kBF16;     // q and output
+  DType kv_dtype = DType::kBF16;  // the cache: f32/f16/bf16, or fp8 e4m3/e5m2 (scale 1/64)
   KVLayout layout = KVLayout::kNHD;
   std::int64_t page_size = 16;
   std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128;
   std::int64_t batch = 1, new_tokens = 2048, cached_tokens = 0;  // queries = the last new_tokens
   bool causal = true;
+  std::uint64_t seed = 1234;
+};
+
+// Cascade: num_seqs sequences sharing one prefix (the same physical pages) + their own tokens;
+// bf16 q, KV and output.
+struct CascadeBenchConfig {
+  int num_threads = 0;
+  int warmup = 1;
+  int iterations = 5;
+  std::int64_t batch = 64, shared_tokens = 16384, own_tokens = 256;  // batch: sequences
+  std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  KVLayout layout = KVLayout::kNHD;
   std::uint64_t seed = 1234;
 };
 
@@ -85,7 +98,8 @@ struct CudaPrefillShape {
   std::string name;  // BENCHMARKS.md name, e.g. "p-8x4096"
   std::int64_t batch = 8, new_tokens = 4096, cached_tokens = 0;
   std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
-  DType dtype = DType::kBF16;  // q, KV and output
+  DType dtype = DType::kBF16;     // q and output
+  DType kv_dtype = DType::kBF16;  // the cache (fp8: random bytes, scales 1)
   KVLayout layout = KVLayout::kNHD;
   bool causal = true;
 };
@@ -127,5 +141,8 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
 
 std::vector<nlohmann::json> run_decode_bench(const DecodeBenchConfig& config, const Progress& progress = {});
 std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& config, const Progress& progress = {});
+// Records beside the streaming-read ceiling: plain decode (cascade off), decode finding the
+// cascade itself, and cascade_decode over the layout find_shared_prefixes gives.
+std::vector<nlohmann::json> run_cascade_bench(const CascadeBenchConfig& config, const Progress& progress = {});
 
 }  // namespace pagedattn::bench

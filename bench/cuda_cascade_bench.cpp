@@ -16,6 +16,7 @@
 #include "cuda_bench_util.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/shared_prefix.h"
+#include "shared_prefix_table.h"
 
 namespace pagedattn::bench {
 
@@ -36,16 +37,7 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
   const RandomCache pool(KVCacheSpec{config.layout, DType::kBF16, pages, P, Hkv, D}, config.device);
   const PagedKV& cache = pool.views;
   // Shuffled page ids: the prefix's pages first in every row, then each sequence's own.
-  const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
-  BlockTableData bt;
-  bt.num_seqs = S;
-  bt.max_pages = per_seq;
-  bt.seq_lens.assign(static_cast<std::size_t>(S), static_cast<std::int32_t>(len));
-  for (std::int64_t s = 0; s < S; ++s) {
-    bt.block_table.insert(bt.block_table.end(), ids.begin(), ids.begin() + shared_pages);
-    const auto own = ids.begin() + shared_pages + s * own_pages;
-    bt.block_table.insert(bt.block_table.end(), own, own + own_pages);
-  }
+  BlockTableData bt = shared_prefix_table(shuffled_page_ids(pages), S, shared_pages, own_pages, len);
   Gpu table(bt.block_table.size() * 4), lens(bt.seq_lens.size() * 4);
   ok(cudaMemcpy(table.ptr, bt.block_table.data(), bt.block_table.size() * 4, cudaMemcpyHostToDevice), "table");
   ok(cudaMemcpy(lens.ptr, bt.seq_lens.data(), bt.seq_lens.size() * 4, cudaMemcpyHostToDevice), "lens");

@@ -92,7 +92,7 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     const std::int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
     const std::int64_t len = shape.cached_tokens + shape.new_tokens, T = S * shape.new_tokens;
     const std::int64_t per_seq = (len + P - 1) / P, pages = S * per_seq;
-    const RandomCache pool(KVCacheSpec{shape.layout, shape.dtype, pages, P, Hkv, D}, config.device);
+    const RandomCache pool(KVCacheSpec{shape.layout, shape.kv_dtype, pages, P, Hkv, D}, config.device);
     const PagedKV& cache = pool.views;
     const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
     BlockTableData bt;
@@ -129,7 +129,7 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     const std::string desc = std::to_string(S) + " x " + std::to_string(shape.new_tokens) + " new" +
                              (shape.cached_tokens ? " on " + std::to_string(shape.cached_tokens) + " cached" : "");
     nlohmann::json r = {{"op", shape.cached_tokens ? "append" : "prefill"}, {"backend", "cuda"}, {"device", device},
-                        {"dtype", std::string(to_string(shape.dtype))}, {"kv_dtype", std::string(to_string(shape.dtype))},
+                        {"dtype", std::string(to_string(shape.dtype))}, {"kv_dtype", std::string(to_string(shape.kv_dtype))},
                         {"layout", std::string(to_string(shape.layout))}, {"page_size", P},
                         {"num_q_heads", Hq}, {"num_kv_heads", Hkv}, {"head_dim", D}, {"batch", S},
                         {"shape", shape.name}, {"seq_lens_desc", desc}, {"causal", shape.causal},

@@ -35,7 +35,7 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
   const std::int64_t kv_len = c.cached_tokens + c.new_tokens;
   const std::int64_t pages_per_seq = (kv_len + c.page_size - 1) / c.page_size;
   const std::int64_t pages_per_set = std::max<std::int64_t>(1, c.batch * pages_per_seq);
-  const KVCacheSpec one_set{c.layout, c.dtype, pages_per_set, c.page_size, c.num_kv_heads,
+  const KVCacheSpec one_set{c.layout, c.kv_dtype, pages_per_set, c.page_size, c.num_kv_heads,
                             c.head_dim};
   const std::int64_t set_bytes = 2 * one_set.bytes_per_tensor();
   const std::int64_t sets =
@@ -46,13 +46,13 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
   say("prefill: filling " + std::to_string(sets) + " KV set(s) of " +
       std::to_string(set_bytes >> 20) + " MiB");
   // Uniform values in [-1, 1]; fp8 is stored in the scale's units (x / scale).
-  const float fp8_scale = is_fp8(c.dtype) ? 1.0f / 64.0f : 1.0f;
+  const float fp8_scale = is_fp8(c.kv_dtype) ? 1.0f / 64.0f : 1.0f;
   const double kv_bound = 1.0 / fp8_scale;
   std::vector<std::byte> k_pool(static_cast<std::size_t>(spec.bytes_per_tensor()));
   std::vector<std::byte> v_pool(k_pool.size());
-  fill_random(k_pool.data(), c.dtype, spec.elements_per_tensor(), c.seed, -kv_bound, kv_bound,
+  fill_random(k_pool.data(), c.kv_dtype, spec.elements_per_tensor(), c.seed, -kv_bound, kv_bound,
               c.num_threads);
-  fill_random(v_pool.data(), c.dtype, spec.elements_per_tensor(), c.seed + 1, -kv_bound, kv_bound,
+  fill_random(v_pool.data(), c.kv_dtype, spec.elements_per_tensor(), c.seed + 1, -kv_bound, kv_bound,
               c.num_threads);
   PagedKV cache = spec.make_views(k_pool.data(), v_pool.data());
   cache.k_scale = cache.v_scale = fp8_scale;
@@ -106,7 +106,7 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
   say("prefill: measuring the fp32 FMA peak");
   const double peak_gflops = measure_fp32_fma_peak_gflops(c.num_threads);
 
-  const RecordCase rc{"prefill", c.dtype, c.dtype, c.layout, c.page_size, c.num_q_heads,
+  const RecordCase rc{"prefill", c.dtype, c.kv_dtype, c.layout, c.page_size, c.num_q_heads,
                       c.num_kv_heads, c.head_dim, c.batch,
                       std::to_string(c.batch) + " x (" + std::to_string(c.cached_tokens) +
                           " cached + " + std::to_string(c.new_tokens) + " new)",

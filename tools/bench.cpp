@@ -38,6 +38,7 @@ struct BenchOptions {
   bool standard_shapes = false;  // GPU: the BENCHMARKS.md decode table instead of one shape
   // prefill
   std::string dtype = "bf16";
+  std::string kv_dtype;  // empty: dtype
   std::int64_t new_tokens = 2048;
   std::int64_t cached_tokens = 0;
   bool non_causal = false;
@@ -176,6 +177,7 @@ int run_cuda_prefill(const BenchOptions& o, const Device& device) {
     shape.name = fmt::format("{}x{}+{}", shape.batch, shape.new_tokens, shape.cached_tokens);
     apply_shape_options(o, shape);
     shape.dtype = parse_dtype(o.dtype);
+    shape.kv_dtype = parse_dtype(o.kv_dtype.empty() ? o.dtype : o.kv_dtype);
     shape.causal = !o.non_causal;
     c.shapes.push_back(shape);
   }
@@ -195,17 +197,9 @@ int run_cuda_cascade(const BenchOptions& o, const Device& device) {
 }
 #endif
 
-int run_cascade(const BenchOptions& o) {
-  [[maybe_unused]] const Device device = resolve_device(o.device);
-#if defined(PAGEDATTN_BENCH_CUDA)
-  if (device.type == DeviceType::kCUDA) return run_cuda_cascade(o, device);
-#endif
-  throw Error(ErrorCode::kUnsupported, "pagedattn bench cascade: runs on a GPU only (--device cuda, in a "
-                                       "build with CUDA)");
-}
-
-// Copies the options both CPU benchmarks share into their config (DecodeBenchConfig or
-// PrefillBenchConfig); iterations, warm-up and batch keep the config's defaults when not given.
+// Copies the options the CPU benchmarks share into their config (DecodeBenchConfig,
+// PrefillBenchConfig or CascadeBenchConfig); iterations, warm-up and batch keep the config's
+// defaults when not given.
 template <typename Config>
 void apply_shared_options(const BenchOptions& o, Config& c) {
   c.num_threads = o.threads;
@@ -213,6 +207,19 @@ void apply_shared_options(const BenchOptions& o, Config& c) {
   apply_shape_options(o, c);
   if (o.batch > 0) c.batch = o.batch;
   c.seed = o.seed;
+}
+
+int run_cascade(const BenchOptions& o) {
+  [[maybe_unused]] const Device device = resolve_device(o.device);
+#if defined(PAGEDATTN_BENCH_CUDA)
+  if (device.type == DeviceType::kCUDA) return run_cuda_cascade(o, device);
+#endif
+  require_cpu(o);
+  bench::CascadeBenchConfig c;
+  apply_shared_options(o, c);
+  c.shared_tokens = o.shared_tokens;
+  c.own_tokens = o.own_tokens;
+  return run_reported(o, [&](const auto& progress) { return bench::run_cascade_bench(c, progress); });
 }
 
 int run_decode(const BenchOptions& o) {
@@ -245,6 +252,7 @@ int run_prefill(const BenchOptions& o) {
   bench::PrefillBenchConfig c;
   apply_shared_options(o, c);
   c.dtype = parse_dtype(o.dtype);
+  c.kv_dtype = parse_dtype(o.kv_dtype.empty() ? o.dtype : o.kv_dtype);
   c.new_tokens = o.new_tokens;
   c.cached_tokens = o.cached_tokens;
   c.causal = !o.non_causal;
@@ -315,8 +323,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   CLI::App* prefill = bench->add_subcommand(
       "prefill", "Paged prefill / append (default: 1 x 2048 new tokens, causal, GQA 32/8, bf16)");
   ShapeOptions prefill_shape = add_shared_options(*prefill, *p, 1);
-  prefill_shape.options.push_back(prefill->add_option("--dtype,--kv-dtype", p->dtype, "Query, KV and output dtype: f32, f16 or bf16")
+  prefill_shape.options.push_back(prefill->add_option("--dtype", p->dtype, "Query and output dtype (and the cache's, unless --kv-dtype): f32, f16 or bf16")
                                       ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str());
+  prefill_shape.options.push_back(prefill->add_option("--kv-dtype", p->kv_dtype, "KV cache dtype (default: --dtype's)")
+                                      ->check(float_dtype_validator()));
   prefill_shape.options.push_back(prefill->add_option("--new-tokens", p->new_tokens, "Query tokens per sequence (the last of its KV)")
                                       ->check(CLI::Range(1, 1 << 20))->capture_default_str());
   prefill_shape.options.push_back(prefill->add_option("--cached-tokens", p->cached_tokens, "Tokens already in the cache before them")
@@ -332,7 +342,7 @@ void add_bench_command(CLI::App& app, Action& action) {
 
   auto c = std::make_shared<BenchOptions>();
   CLI::App* cascade = bench->add_subcommand(
-      "cascade", "GPU: sequences sharing one prefix's pages, plain decode vs. the cascade "
+      "cascade", "Sequences sharing one prefix's pages, plain decode vs. the cascade "
                  "(default: 64 x (16384 shared + 256 own), GQA 32/8, bf16)");
   add_shared_options(*cascade, *c, 64);
   cascade->add_option("--shared-tokens", c->shared_tokens, "Tokens of the shared prefix (whole pages are shared)")
