@@ -48,7 +48,7 @@ struct PrefillBenchConfig {
   std::uint64_t seed = 1234;
 };
 
-// Cascade: num_seqs sequences sharing one prefix (the same physical pages) + their own tokens;
+// Cascade: `batch` sequences sharing one prefix (the same physical pages) + their own tokens;
 // bf16 q, KV and output.
 struct CascadeBenchConfig {
   int num_threads = 0;
@@ -99,7 +99,7 @@ struct CudaPrefillShape {
   std::int64_t batch = 8, new_tokens = 4096, cached_tokens = 0;
   std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
   DType dtype = DType::kBF16;     // q and output
-  DType kv_dtype = DType::kBF16;  // the cache (fp8: random bytes, scales 1)
+  DType kv_dtype = DType::kBF16;  // the cache (fp8: values in [-1, 1], scales 1)
   KVLayout layout = KVLayout::kNHD;
   bool causal = true;
 };

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.h"
@@ -66,7 +67,8 @@ std::vector<nlohmann::json> run_cascade_bench(const CascadeBenchConfig& c, const
   say("cascade: measuring the read ceiling");
   const double ceiling = measure_stream_read_gbps(c.num_threads);
 
-  // Each distinct K/V token once (the prefix once, every own tail once), q in and out.
+  // Each distinct K/V token once (the prefix once, every own tail once), q in and out: what
+  // the shape needs, whatever the detector found.
   const double distinct = 2.0 * static_cast<double>((shared_pages * P + S * c.own_tokens) * Hkv * D) * 2.0 +
                           2.0 * static_cast<double>(q.size());
   std::vector<nlohmann::json> records;
@@ -75,6 +77,7 @@ std::vector<nlohmann::json> run_cascade_bench(const CascadeBenchConfig& c, const
     r["variant"] = variant;
     r["threads"] = c.num_threads > 0 ? c.num_threads : cpu_hardware_threads();
     r["cascade_levels"] = layout.shared_levels();
+    r["anon_huge_pages_mib"] = anon_huge_kib() / 1024;  // pools and ceiling buffer: huge_pages.h
     r["iterations"] = c.iterations;
     r["speedup_vs_plain"] = timings.front().second.median_us / timing.median_us;
     add_bandwidth(r, distinct, ceiling);  // the distinct bytes: what reading each byte once costs

@@ -15,7 +15,7 @@
 namespace pagedattn::cli {
 namespace {
 
-// Options common to both benchmarks; defaults are the CPU shapes of BENCHMARKS.md.
+// Options common to the benchmarks; defaults are the CPU shapes of BENCHMARKS.md.
 struct BenchOptions {
   std::string device = "cpu";
   int threads = 0;
@@ -269,7 +269,7 @@ struct ShapeOptions {
   }
 };
 
-// Options both benchmarks take.
+// Options every benchmark takes.
 ShapeOptions add_shared_options(CLI::App& cmd, BenchOptions& o, std::int64_t default_batch) {
   add_device_option(cmd, o.device);
   add_threads_option(cmd, o.threads);

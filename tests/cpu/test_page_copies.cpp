@@ -46,6 +46,7 @@ struct HostCache {
     }
     return *this;
   }
+  // kv's views address o.mem (both are set from it in the constructor).
   void rebase(const HostCache& o) {
     for (TensorView* t : {&kv.k, &kv.v}) {
       const std::ptrdiff_t at = static_cast<const std::byte*>(t->data()) - o.mem.data();
