@@ -268,8 +268,13 @@ TEST(SwapBlocksScales, ComparesPerHeadScalesHeadByHead) {
   dst.kv.v_head_scales = TensorView();
   dst.kv.v_scale = 0.5f;
   expect_rejected("dst.v_scale 0.500000 but src.v_head_scales[1] 2.000000");
-  // Alike head by head: copied.
+  // K on its own: src's per-head K scales against dst's per-tensor k_scale.
   std::fill(src_heads.begin(), src_heads.end(), 0.5f);
+  std::vector<float> src_k_heads = {1.0f, 1.0f, 2.0f};
+  src.k_head_scales = TensorView(src_k_heads.data(), DType::kF32, {s.num_kv_heads});
+  expect_rejected("dst.k_scale 1.000000 but src.k_head_scales[2] 2.000000");
+  // Alike head by head: copied.
+  src_k_heads[2] = 1.0f;
   swap_blocks(Context::cpu(), src, dst.kv, mapping);
   for (bool is_v : {false, true}) EXPECT_EQ(dst.page(4, is_v), src_cache.page(3, is_v));
 }
