@@ -18,6 +18,8 @@ namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
+// A CTA's keys from which a ragged batch's CTAs take four warps (use_wide_ctas).
+constexpr std::int64_t kWideCtaTokens = 6144;
 
 // Which kernel runs a problem; the planner and the launch both use this one choice.
 struct KernelChoice {
@@ -134,9 +136,18 @@ bool use_pair_steps(const GridFill& g) {
 }
 
 // Four warps per CTA for the TMA kernel when the grid gives no SM more than one CTA (a unit
-// per SM, unsplit: GQA d-mid16): two warps alone keep too few tiles in flight to stream an
-// SM's share of the bandwidth. PAGEDATTN_DECODE_WIDE=0 / 1 forces two / four.
-bool use_wide_ctas(const GridFill& g) { return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms); }
+// per SM, unsplit: GQA d-mid16), where two warps alone keep too few tiles in flight to stream an
+// SM's share of the bandwidth, and for a ragged batch whose longest CTAs stream kWideCtaTokens
+// keys or more (DecodePlan::long_ragged), whose time is their tail: four warps stream a long row
+// faster. H100 (docs/perf-notes.md, CUDA decode v34): GQA d-ragged 776-781 -> 740 us with four
+// warps on two machines, MHA d-ragged -0.2 to -0.4%; uniform long rows gain on one H100 and not
+// on another (32 x 16384: GQA -1.5% / +0.1%, MHA -3.7% / +0.3%), and lose where four-warp CTAs
+// cost the grid its single wave (64 x 16640, cascade off: 445 -> 483 us); shorter CTAs lose
+// (GQA d-b64 +1.1%, d-b256 +1.4%, d-long1's 1024-token splits +7%).
+// PAGEDATTN_DECODE_WIDE=0 / 1 forces two / four.
+bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
+  return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms || plan.long_ragged);
+}
 
 // Programmatic dependent launch needs sm_90.
 bool supports_dependent_launch(int device) {
@@ -266,6 +277,8 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
       plan.partition_tokens = round_up(max_len);
     }
   }
+  plan.long_ragged = total * 10 < max_len * p.num_seqs * 9 &&
+                     std::min(max_len, plan.partition_tokens) >= kWideCtaTokens;
   plan.max_splits = max_len <= plan.partition_tokens
                         ? 1
                         : (max_len + plan.partition_tokens - 1) / plan.partition_tokens;
@@ -310,7 +323,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
-    const bool pairs = use_pair_steps(fill), wide = use_wide_ctas(fill);
+    const bool pairs = use_pair_steps(fill), wide = use_wide_ctas(fill, plan);
     const bool rows = choice.key_rows;
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
