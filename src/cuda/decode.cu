@@ -131,8 +131,13 @@ GridFill grid_fill(dim3 grid, int device) {
 // 8-9% slower with pairs; one-wave grids at three per SM 1-3% faster, many-wave and ragged grids
 // 1-4% faster: docs/perf-notes.md, CUDA decode v16 and v20). PAGEDATTN_DECODE_PAIRS=0 / 1
 // forces one / two.
-bool use_pair_steps(const GridFill& g) {
-  return detail::env_switch("PAGEDATTN_DECODE_PAIRS", g.ctas <= 3 * g.sms || g.ctas > 4 * g.sms);
+// Except for groups below 4 (MHA on the tensor-core kernel, 15 of 16 rows idle) whose CTAs stream
+// kWideCtaTokens keys or more: one-tile steps (four CTAs per SM) were faster there on two H100s
+// (MHA 32 x 16384: 2834 -> 2805 us and 2949 -> 2786 us; MHA d-ragged -0.2% / -0.1%), while
+// shorter MHA CTAs went either way (d-b64 +0.8% / -0.8%; docs/perf-notes.md, CUDA decode v34).
+bool use_pair_steps(const GridFill& g, std::int64_t group, std::int64_t cta_tokens) {
+  const bool long_mha = group < 4 && cta_tokens >= kWideCtaTokens;
+  return detail::env_switch("PAGEDATTN_DECODE_PAIRS", !long_mha && (g.ctas <= 3 * g.sms || g.ctas > 4 * g.sms));
 }
 
 // Four warps per CTA for the TMA kernel when the grid gives no SM more than one CTA (a unit
@@ -323,7 +328,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
-    const bool pairs = use_pair_steps(fill), wide = use_wide_ctas(fill, plan);
+    const bool pairs = use_pair_steps(fill, p.group_size(), plan.partition_tokens), wide = use_wide_ctas(fill, plan);
     const bool rows = choice.key_rows;
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
