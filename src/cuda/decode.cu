@@ -135,15 +135,15 @@ GridFill grid_fill(dim3 grid, int device) {
 // kWideCtaTokens keys or more: one-tile steps (four CTAs per SM) were faster there on two H100s
 // (MHA 32 x 16384: 2834 -> 2805 us and 2949 -> 2786 us; MHA d-ragged -0.2% / -0.1%), while
 // shorter MHA CTAs went either way (d-b64 +0.8% / -0.8%; docs/perf-notes.md, CUDA decode v34).
-bool use_pair_steps(const GridFill& g, std::int64_t group, std::int64_t cta_tokens) {
-  const bool long_mha = group < 4 && cta_tokens >= kWideCtaTokens;
+bool use_pair_steps(const GridFill& g, const DecodePlan& plan, std::int64_t group) {
+  const bool long_mha = group < 4 && plan.cta_tokens >= kWideCtaTokens;
   return detail::env_switch("PAGEDATTN_DECODE_PAIRS", !long_mha && (g.ctas <= 3 * g.sms || g.ctas > 4 * g.sms));
 }
 
 // Four warps per CTA for the TMA kernel when the grid gives no SM more than one CTA (a unit
 // per SM, unsplit: GQA d-mid16), where two warps alone keep too few tiles in flight to stream an
 // SM's share of the bandwidth, and for a ragged batch whose longest CTAs stream kWideCtaTokens
-// keys or more (DecodePlan::long_ragged), whose time is their tail: four warps stream a long row
+// keys or more, whose time is their tail: four warps stream a long row
 // faster. H100 (docs/perf-notes.md, CUDA decode v34): GQA d-ragged 776-781 -> 740 us with four
 // warps on two machines, MHA d-ragged -0.2 to -0.4%; uniform long rows gain on one H100 and not
 // on another (32 x 16384: GQA -1.5% / +0.1%, MHA -3.7% / +0.3%), and lose where four-warp CTAs
@@ -151,7 +151,7 @@ bool use_pair_steps(const GridFill& g, std::int64_t group, std::int64_t cta_toke
 // (GQA d-b64 +1.1%, d-b256 +1.4%, d-long1's 1024-token splits +7%).
 // PAGEDATTN_DECODE_WIDE=0 / 1 forces two / four.
 bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
-  return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms || plan.long_ragged);
+  return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms || (plan.ragged && plan.cta_tokens >= kWideCtaTokens));
 }
 
 // Programmatic dependent launch needs sm_90.
@@ -241,6 +241,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   }
   auto round_up = [P](std::int64_t x) { return std::max<std::int64_t>(P, (x + P - 1) / P * P); };
   DecodePlan plan;
+  plan.ragged = total * 10 < max_len * p.num_seqs * 9;
   if (options.variant == DecodeVariant::kOnePass) {
     plan.partition_tokens = round_up(max_len);
   } else if (options.partition_size > 0) {
@@ -262,8 +263,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     const std::int64_t target = sms * 2;
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
     std::int64_t share = 0;
-    const bool near_equal = total * 10 >= max_len * p.num_seqs * 9;
-    if (near_equal && units * 10 >= sms * 9 && units <= sms && !is_fp8(p.kv.dtype)) {
+    if (!plan.ragged && units * 10 >= sms * 9 && units <= sms && !is_fp8(p.kv.dtype)) {
       share = max_len;
     } else if (units < target) {
       share = (max_len + target / units - 1) / (target / units);
@@ -282,8 +282,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
       plan.partition_tokens = round_up(max_len);
     }
   }
-  plan.long_ragged = total * 10 < max_len * p.num_seqs * 9 &&
-                     std::min(max_len, plan.partition_tokens) >= kWideCtaTokens;
+  plan.cta_tokens = std::min(max_len, plan.partition_tokens);
   plan.max_splits = max_len <= plan.partition_tokens
                         ? 1
                         : (max_len + plan.partition_tokens - 1) / plan.partition_tokens;
@@ -328,7 +327,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
-    const bool pairs = use_pair_steps(fill, p.group_size(), plan.partition_tokens), wide = use_wide_ctas(fill, plan);
+    const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
     const bool rows = choice.key_rows;
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);

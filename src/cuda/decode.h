@@ -14,9 +14,11 @@ struct DecodePlan {
   std::int64_t max_splits = 1;        // splits of the longest sequence
   std::size_t workspace_bytes = 0;    // f32 partial outputs and LSEs when max_splits > 1
   bool tma_tiles = true;              // false: the cp.async kernel even where TMA boxes would do
-  // Lengths uneven (sum < 0.9 x batch x longest) and the longest CTA streams kWideCtaTokens keys
-  // or more: the TMA kernel takes four-warp CTAs (decode.cu, use_wide_ctas).
-  bool long_ragged = false;
+  // What the TMA kernel's shape choices read (decode.cu: use_pair_steps, use_wide_ctas): the keys
+  // of the longest CTA (the longest sequence, or its split), and whether the lengths are uneven
+  // (sum < 0.9 x batch x longest).
+  std::int64_t cta_tokens = 0;
+  bool ragged = false;
 };
 
 // `lengths` are the sequences' KV lengths, read from the host copy of the page table.
