@@ -55,10 +55,11 @@ PrefillGeometry geometry_of(bool hopper) {
   return g;
 }
 
-// The Hopper kernel's shape for a head_dim.
-PrefillGeometry wgmma_shape(std::int64_t head_dim) {
-  return with_prefill_kernel_dims(head_dim, [](auto d_c) {
-    return geometry_of<WgmmaPrefillShapeOf<decltype(d_c)::value>>(true);
+// The Hopper kernel's shape for a head_dim and a 16-bit or fp8 cache.
+PrefillGeometry wgmma_shape(std::int64_t head_dim, bool fp8) {
+  return with_prefill_kernel_dims(head_dim, [fp8](auto d_c) {
+    constexpr int kD = decltype(d_c)::value;
+    return fp8 ? geometry_of<WgmmaPrefillShapeOf<kD, true>>(true) : geometry_of<WgmmaPrefillShapeOf<kD>>(true);
   });
 }
 
@@ -68,9 +69,11 @@ bool v_rows(const detail::AttentionProblem& p) {
 }
 
 // The Hopper kernel's tiles from this cache: K and V rows of dims (NHD, HND), or vLLM's split
-// layout (K in chunks of 8 dims, V transposed in runs of 8 slots: the kernel's kVT).
+// layout (K in chunks of 8 dims, V transposed in runs of 8 slots: the kernel's kVT) of a 16-bit
+// cache (fp8 rows are widened as they are gathered; transposed fp8 V is not).
 bool hopper_tiles(const detail::AttentionProblem& p) {
   if (p.kv.k.dim_contiguous(p.head_dim) && v_rows(p)) return true;
+  if (is_fp8(p.kv.dtype)) return false;
   const detail::KVTensorAccess& k = p.kv.k;
   return !v_rows(p) && v_runs_vectorisable(p.kv) && k.elem_stride == 1 && k.chunk_len == 8 && k.chunk_stride % 8 == 0 &&
          k.token_stride % 8 == 0;
@@ -87,7 +90,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
                               (p.kv.page_size - 1) * t.token_stride;
     return last / 8 < std::int64_t{0xffffffff};
   };
-  return p.kv.dtype == p.qo.q_dtype && !is_fp8(p.kv.dtype) && p.head_dim <= 256 && p.head_dim % 8 == 0 &&
+  return (p.kv.dtype == p.qo.q_dtype || is_fp8(p.kv.dtype)) && p.head_dim <= 256 && p.head_dim % 8 == 0 &&
          hopper_tiles(p) && q_rows_aligned && offsets_fit(p.kv.k) && offsets_fit(p.kv.v) && is_sm90(device);
 #else
   (void)p, (void)device;
@@ -102,7 +105,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm) {
   if (detail::env_switched_off("PAGEDATTN_PREFILL_TMA")) return false;
   const std::int64_t P = p.kv.page_size;
-  if (P % 8 != 0 || wgmma_shape(p.head_dim).tile_keys % P != 0) return false;
+  if (P % 8 != 0 || wgmma_shape(p.head_dim, false).tile_keys % P != 0) return false;
   KVPageGroupBoxes groups;
   prm.page_major = P == WgmmaPrefillShape::kPageMajorSlots && !detail::env_switched_off("PAGEDATTN_PREFILL_WHOLE_PAGES") &&
                    encode_kv_page_groups(p.kv, groups);
@@ -147,7 +150,7 @@ PrefillGeometry prefill_geometry(const detail::AttentionProblem& p, int device) 
   PrefillGeometry g;
   std::int64_t cta_regs = 0;
   if (hopper_kernel_fits(p, device)) {
-    g = wgmma_shape(p.head_dim);
+    g = wgmma_shape(p.head_dim, is_fp8(p.kv.dtype));
     cta_regs = 65536;  // launch bounds (384, 1): the whole register file
   } else {
     g = is_fp8(p.kv.dtype) ? mma_shape<Fp8E4M3>(p) : mma_shape<__nv_bfloat16>(p);
@@ -189,9 +192,14 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
                   static_cast<unsigned>(p.num_seqs));
   prm.v_transposed = !v_rows(p);
   if (geometry.hopper) {
-    prm.tma_pages = !prm.v_transposed && use_page_boxes(p, prm);
-    if (p.kv.dtype == DType::kBF16) launch_paged_prefill_wgmma<__nv_bfloat16>(prm, grid, stream);
-    else launch_paged_prefill_wgmma<__half>(prm, grid, stream);
+    // fp8 tiles are widened by the producer's threads: no TMA boxes.
+    prm.tma_pages = !prm.v_transposed && !is_fp8(p.kv.dtype) && use_page_boxes(p, prm);
+    switch (p.kv.dtype) {
+      case DType::kBF16: launch_paged_prefill_wgmma<__nv_bfloat16>(prm, grid, stream); break;
+      case DType::kF16: launch_paged_prefill_wgmma<__half>(prm, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_prefill_wgmma<Fp8E4M3>(prm, grid, stream); break;
+      default: launch_paged_prefill_wgmma<Fp8E5M2>(prm, grid, stream); break;
+    }
     check_launch("paged_prefill_wgmma_kernel", stream);
     return;
   }

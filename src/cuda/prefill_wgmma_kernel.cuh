@@ -39,6 +39,40 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
   else return op(tree_reduce<kLo, kN / 2>(get, op), tree_reduce<kLo + kN / 2, kN / 2>(get, op));
 }
 
+// fp8 caches: one consumer's q chunks (kLoads 16-byte chunks of bf16 or f16 per thread, 64 rows
+// per warpgroup), rewritten in place as f16 divided by the power of two that keeps the
+// warpgroup's largest |q| below 2^15 (as the mma.sync kernel does per warp); returns that power.
+// s_max: the warpgroup's maximum in shared memory (zero at the start), `barrier` its named barrier.
+template <int kLoads>
+__device__ __forceinline__ float q_into_f16_range(uint4 (&qv)[kLoads], bool bf16, unsigned* s_max, int barrier) {
+  auto value = [bf16](std::uint32_t w, int h) {
+    if (bf16) return __uint_as_float(h ? (w & 0xffff0000u) : (w << 16));
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h ? w >> 16 : w & 0xffffu)));
+  };
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const std::uint32_t w[4] = {qv[k].x, qv[k].y, qv[k].z, qv[k].w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(value(w[i / 2], i % 2)));
+  }
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if ((threadIdx.x & 31) == 0) atomicMax(s_max, __float_as_uint(amax));  // non-negative floats order as their bits
+  sm90::named_barrier(barrier, 128);
+  int e = 0;
+  frexpf(__uint_as_float(*s_max), &e);  // max |q| < 2^e
+  const int shift = max(0, e - 15);
+  const float down = ldexpf(1.0f, -shift);
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    std::uint32_t w[4] = {qv[k].x, qv[k].y, qv[k].z, qv[k].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = pack2<__half>(value(w[i], 0) * down, value(w[i], 1) * down);
+    qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  return ldexpf(1.0f, shift);
+}
+
 // T: bf16 or f16 (q and cache); kD: 64, 128 or 256; kPlain: no soft-cap and no ALiBi; kPageMajor
 // (kD 128 only): the ring's tiles are stored page by page (16-key pages, see
 // WgmmaPrefillShape), else as 64-dim halves of 128 keys. kVT: V's tiles transposed (vLLM's
@@ -47,13 +81,21 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
 // of a multiple of 8 slots), and P V reads it K-major; K (16-byte chunks of 8 dims, strided
 // by page slots) takes the row gather as NHD does. Grid as the mma.sync kernel: (packed row
 // tile, KV head + num_kv_heads * split, sequence).
-template <class T, int kD, bool kPlain, bool kPageMajor, bool kVT>
+//
+// KV: T, or fp8 (T = __half): the producer copies K and V rows raw into kRawStages stages ahead,
+// and each of its threads widens the chunks it copied into the f16 ring (exact); q is scaled
+// into f16's range by a power of two per consumer, the K and V scales fold into the logit scale
+// and the output. K's stage is released as soon as S is done (its own empty barrier), so that
+// the producer widens tile j + 1's K while tile j's softmax and P V run on a ring of two stages.
+template <class T, class KV, int kD, bool kPlain, bool kPageMajor, bool kVT>
 __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     paged_prefill_wgmma_kernel(const __grid_constant__ PrefillKernelParams prm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = WgmmaPrefillShapeOf<kD>;
+  constexpr bool kFp8 = sizeof(KV) == 1;
+  using Shape = WgmmaPrefillShapeOf<kD, kFp8>;
   static_assert(!kPageMajor || kD == 128, "page-major tiles hold 128-dim rows");
   static_assert(!kPageMajor || !kVT, "transposed V tiles are gathered");
+  static_assert(!kFp8 || (std::is_same_v<T, __half> && !kPageMajor && !kVT), "fp8 rows are gathered and widened to f16");
   constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys, kStages = Shape::kStages, kHalves = Shape::kHalves;
   constexpr int kWarpRows = Shape::kWarpRows, kOBlocks = Shape::kOBlocks, kOCols = Shape::kOCols;
   constexpr int kDimPasses = Shape::kChunks > 16 ? Shape::kChunks / 16 : 1;  // 16 lanes cover 16 chunks of a row per pass
@@ -63,10 +105,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   unsigned char* s_q = smem;
   unsigned char* s_k = s_q + Shape::kQBytes;            // [stage]
   unsigned char* s_v = s_k + kStages * Shape::kTileBytes;  // [stage]
-  auto* s_rows = reinterpret_cast<uint2*>(s_v + kStages * Shape::kTileBytes);  // producer: K, V offsets
+  unsigned char* s_raw = s_v + kStages * Shape::kTileBytes;  // fp8: [raw stage][K, V]
+  auto* s_rows = reinterpret_cast<uint2*>(s_raw + 2 * Shape::kRawStages * Shape::kRawTileBytes);  // producer: K, V offsets
   auto* full_k = reinterpret_cast<std::uint64_t*>(s_rows + kKeys);
   std::uint64_t* full_v = full_k + kStages;
-  std::uint64_t* empty = full_v + kStages;
+  std::uint64_t* empty = full_v + kStages;  // V's stage (and K's, without fp8) is free again
+  std::uint64_t* empty_k = empty + kStages;  // fp8: K's stage is free again
+  auto* s_qmax = reinterpret_cast<unsigned*>(empty + (kFp8 ? 2 : 1) * kStages);  // fp8: [consumer]
 
   const detail::AttentionProblem& p = prm.p;
   PrefillTile tile;
@@ -83,7 +128,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       sm90::mbarrier_init(&full_k[st], 128);  // every producer thread, once its copies land
       sm90::mbarrier_init(&full_v[st], 128);
       sm90::mbarrier_init(&empty[st], 8);     // every consumer warp
+      if constexpr (kFp8) sm90::mbarrier_init(&empty_k[st], 8);
     }
+    if constexpr (kFp8) s_qmax[0] = s_qmax[1] = 0u;
     sm90::fence_mbarrier_init();
   }
   __syncthreads();
@@ -132,6 +179,77 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::int64_t v_off = page * v_page_stride + static_cast<std::int64_t>(slot) * v_token_stride;
       return make_uint2(static_cast<std::uint32_t>(k_off >> 3), static_cast<std::uint32_t>(v_off >> 3));
     };
+    if constexpr (kFp8) {
+      // fp8: kRowLanes lanes per row (16-byte chunks of kD one-byte elements), kPassRows rows
+      // per pass. Each thread copies its chunks of a tile's K and V rows into a raw stage
+      // (cp.async, zeros outside the keys), kRawStages tiles ahead, and widens the same chunks
+      // once they land: its own copies, so no barrier but cp.async's wait_group orders them.
+      constexpr int kRowLanes = kD / 16, kPassRows = 32 / kRowLanes, kPasses = kWarpRows / kPassRows;
+      constexpr int kRaw = Shape::kRawStages, kRawTile = Shape::kRawTileBytes;
+      const int c8 = lane % kRowLanes, rp = lane / kRowLanes;
+      const bool live8 = c8 * 16 < p.head_dim;
+      const KV* k8 = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, c8 * 16);
+      const KV* v8 = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, c8 * 16);
+      const int my_row0 = warp * kWarpRows + rp;  // + kPassRows * pass
+      unsigned char* raw0 = s_raw + my_row0 * kD + c8 * 16;
+      auto issue_raw = [&](int j, uint2 rows) {
+        if (j < n_tiles) {
+          __syncwarp();  // the warp's reads of the previous tile's offsets are done
+          if (lane < kWarpRows) my_rows[lane] = rows;
+          __syncwarp();
+          unsigned char* raw = raw0 + (j % kRaw) * 2 * kRawTile;
+#pragma unroll
+          for (int pass = 0; pass < kPasses; ++pass) {
+            const uint2 off = my_rows[kPassRows * pass + rp];
+            const bool valid = off.x != kOutside && live8;
+            const std::uint64_t k_at = valid ? static_cast<std::uint64_t>(off.x) * 8 : 0, v_at = valid ? static_cast<std::uint64_t>(off.y) * 8 : 0;
+            const std::uint32_t dst = sm90::smem_address(raw + pass * kPassRows * kD);
+            sm90::cp_async_16_or_zeros(dst, k8 + k_at, valid);
+            sm90::cp_async_16_or_zeros(dst + kRawTile, v8 + v_at, valid);
+          }
+        }
+        cp_async_commit();  // empty past the last tile: the wait below counts groups
+      };
+      // Chunk 2 c8 + h of row r in the swizzled f16 tile: both of a thread's chunks share the
+      // 64-dim block c8 / 4 and differ in bit 4 of the offset. Threads whose chunks lie in the
+      // odd block store their high half first, so that a quarter-warp's stores hit 8 distinct
+      // 16-byte bank groups.
+      const bool hi_first = (c8 >> 2) & 1;
+      auto widen = [&](const unsigned char* raw, unsigned char* tile, std::uint64_t* full) {
+#pragma unroll 2
+        for (int pass = 0; pass < kPasses; ++pass) {
+          uint4 in = *reinterpret_cast<const uint4*>(raw + pass * kPassRows * kD);
+          if (hi_first) in = make_uint4(in.z, in.w, in.x, in.y);
+          uint4 first, second;
+          widen_fp8x16_to_f16<KV>(in, first, second);
+          const int r = my_row0 + pass * kPassRows;
+          const int off = (c8 >> 2) * kKeys * 128 + r * 128 + (((2 * c8) & 7) ^ (r & 7)) * 16;
+          *reinterpret_cast<uint4*>(tile + (off ^ (hi_first ? 16 : 0))) = first;
+          *reinterpret_cast<uint4*>(tile + (off ^ (hi_first ? 0 : 16))) = second;
+        }
+        sm90::fence_shared_for_async();  // the consumers' wgmma read these stores
+        sm90::mbarrier_arrive(full);
+      };
+      uint2 next_rows = find_row(0);
+#pragma unroll
+      for (int j = 0; j < kRaw; ++j) {
+        issue_raw(j, next_rows);
+        next_rows = find_row(j + 1);
+      }
+      for (int j = 0; j < n_tiles; ++j) {
+        const int stage = j % kStages;
+        const unsigned char* raw = raw0 + (j % kRaw) * 2 * kRawTile;
+        cp_async_wait<kRaw - 1>();  // this thread's copies of tile j have landed
+        if (j >= kStages) sm90::mbarrier_wait(&empty_k[stage], ((j / kStages) + 1) & 1);
+        widen(raw, s_k + stage * Shape::kTileBytes, &full_k[stage]);
+        if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
+        widen(raw + kRawTile, s_v + stage * Shape::kTileBytes, &full_v[stage]);
+        issue_raw(j + kRaw, next_rows);
+        next_rows = find_row(j + kRaw + 1);
+      }
+      cp_async_wait<0>();
+      return;
+    }
     // This thread's destinations: row kWarpRows * warp + 2 * pass + hi, chunk `chunk` (+ 16 per
     // dim pass); the swizzle term depends on the pass only through pass % 4.
     const int hi = lane >> 4;
@@ -277,6 +395,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   // flight before the first store: one after another they cost a memory latency each.
   constexpr int kQLoads = 64 * Shape::kChunks / 128;
   uint4 qv[kQLoads];
+  float q_mul = 1.0f;  // fp8: the power of two q was divided by
 #pragma unroll
   for (int k = 0; k < kQLoads; ++k) {
     const int i = wt + 128 * k, r = i / Shape::kChunks, c = i % Shape::kChunks;
@@ -288,6 +407,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
                                               head * p.qo.q_head_stride + c * 8);
     }
   }
+  if constexpr (kFp8) q_mul = q_into_f16_range<kQLoads>(qv, p.qo.q_dtype == DType::kBF16, s_qmax + consumer, 1 + consumer);
 #pragma unroll
   for (int k = 0; k < kQLoads; ++k) {
     const int i = wt + 128 * k;
@@ -339,7 +459,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   const int open_hi = static_cast<int>(min(hi_of(wg_first), t_end)), open_lo = static_cast<int>(max(lo_of(wg_last), t_begin));
   const int t_lo32 = static_cast<int>(t_lo);
 
-  const float s_mul = p.variant.scale * (kPlain ? kLog2e : 1.0f);
+  const float s_mul = p.variant.scale * (kPlain ? kLog2e : 1.0f) * (kFp8 ? p.kv.k_scale_of(kv_head) * q_mul : 1.0f);
   const float soft_cap = p.variant.soft_cap;
   const std::uint32_t q_addr = sm90::smem_address(s_q) + 64 * consumer * 128;
   const std::uint32_t k_addr = sm90::smem_address(s_k), v_addr = sm90::smem_address(s_v);
@@ -377,6 +497,12 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   auto release = [&](int j) {
     __syncwarp();
     if (lane == 0) sm90::mbarrier_arrive(&empty[j % kStages]);
+  };
+  auto release_k = [&](int j) {  // fp8: S of tile j is done with K's stage
+    if constexpr (kFp8) {
+      __syncwarp();
+      if (lane == 0) sm90::mbarrier_arrive(&empty_k[j % kStages]);
+    }
   };
 
   float sc[kKeys / 2];               // S of the current tile, then its P in f32
@@ -525,6 +651,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     issue_s(j_first);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(sc);
+    release_k(j_first);
     with_mask(j_first, [&](auto masked_c) { softmax(j_first, masked_c, corr, rescale); });
     rescale_and_pack(corr, rescale);
     for (int j = j_first + 1; j <= j_last; ++j) {
@@ -535,6 +662,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         issue_pv(j - 1);
         sm90::wgmma_wait<1>();  // S is done; the previous tile's P V may still run
         sm90::fence_registers(sc);
+        release_k(j);
         softmax(j, masked_c, corr, rescale);
         // ptxas schedules the wait below as early as nothing stops it, which put it before the
         // exponentials (after the row maxima), so the softmax waited for P V after all. A second
@@ -563,6 +691,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
   const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  const float v_scale = kFp8 ? p.kv.v_scale_of(kv_head) : 1.0f;
   std::byte* out = p.qo.out + split * prm.out_split_stride * out_size;
   float* lse = p.qo.lse ? p.qo.lse + split * prm.lse_split_stride : nullptr;
   const int hd_blocks = static_cast<int>(p.head_dim / 8);  // 8-dim blocks of the output
@@ -572,19 +701,25 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     if (!row.live) continue;
     float M = m[r], L = l[r];
     const float scale_o = fold_sink(p, row.head, M, L);
-    const float inv = L > 0.0f ? scale_o / L : 0.0f;
+    const float inv = L > 0.0f ? scale_o * v_scale / L : 0.0f;
     const std::int64_t q_tok = query_token(row.tok);
     std::byte* o_row = out + (q_tok * p.qo.out_token_stride + row.head * p.qo.out_head_stride) * out_size;
-    // Pairs of q's dtype in one 4-byte store where the row allows it.
-    constexpr DType kT = std::is_same_v<T, __nv_bfloat16> ? DType::kBF16 : DType::kF16;
-    if (p.qo.out_dtype == kT && reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0) {
+    // Pairs of a 16-bit output in one 4-byte store where the row allows it.
+    auto store_pairs = [&](auto out_c) {
+      using Out = decltype(out_c);
 #pragma unroll
       for (int i = 0; i < kD / 8; ++i) {  // columns 8 i + 2 tig: block i / (kOCols / 8)
         if (i >= hd_blocks) break;
         const float* ob = o[i / (kOCols / 8)];
         const int c = i % (kOCols / 8);
-        *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<T>(ob[4 * c + 2 * r] * inv, ob[4 * c + 2 * r + 1] * inv);
+        *reinterpret_cast<std::uint32_t*>(o_row + (8 * i + 2 * tig) * 2) = pack2<Out>(ob[4 * c + 2 * r] * inv, ob[4 * c + 2 * r + 1] * inv);
       }
+    };
+    const bool pairs = reinterpret_cast<std::uintptr_t>(o_row) % 4 == 0;
+    if (pairs && p.qo.out_dtype == DType::kBF16) {
+      store_pairs(__nv_bfloat16{});
+    } else if (pairs && p.qo.out_dtype == DType::kF16) {
+      store_pairs(__half{});
     } else {
 #pragma unroll
       for (int i = 0; i < kD / 8; ++i) {
@@ -600,14 +735,16 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
 #endif
 }
 
-// Launches paged_prefill_wgmma_kernel<T, prefill_kernel_dims(head_dim)> over `grid`. Instantiated
+// Launches paged_prefill_wgmma_kernel<T, KV, prefill_kernel_dims(head_dim)> over `grid`. Instantiated
 // in sm90a/prefill_wgmma_*.cu.
-template <class T>
+template <class KV>
 void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaStream_t stream) {
+  constexpr bool kFp8 = sizeof(KV) == 1;
+  using T = std::conditional_t<kFp8, __half, KV>;
   auto launch = [&](auto d_c, auto plain_c, auto page_major_c, auto vt_c) {
     constexpr int kD = decltype(d_c)::value;
-    constexpr int kBytes = WgmmaPrefillShapeOf<kD>::kBytes;
-    auto kernel = paged_prefill_wgmma_kernel<T, kD, decltype(plain_c)::value, decltype(page_major_c)::value,
+    constexpr int kBytes = WgmmaPrefillShapeOf<kD, kFp8>::kBytes;
+    auto kernel = paged_prefill_wgmma_kernel<T, KV, kD, decltype(plain_c)::value, decltype(page_major_c)::value,
                                              decltype(vt_c)::value>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
@@ -620,11 +757,15 @@ void launch_paged_prefill_wgmma(const PrefillKernelParams& prm, dim3 grid, cudaS
     else launch(d_c, std::false_type{}, page_major_c, vt_c);
   };
   with_prefill_kernel_dims(prm.p.head_dim, [&](auto d_c) {
-    if (prm.v_transposed) return with_plain(d_c, std::false_type{}, std::true_type{});
-    if constexpr (decltype(d_c)::value == 128) {  // rows of other than 128 dims are never page-major
-      if (prm.page_major) return with_plain(d_c, std::true_type{}, std::false_type{});
+    if constexpr (kFp8) {
+      with_plain(d_c, std::false_type{}, std::false_type{});  // rows, gathered
+    } else {
+      if (prm.v_transposed) return with_plain(d_c, std::false_type{}, std::true_type{});
+      if constexpr (decltype(d_c)::value == 128) {  // rows of other than 128 dims are never page-major
+        if (prm.page_major) return with_plain(d_c, std::true_type{}, std::false_type{});
+      }
+      with_plain(d_c, std::false_type{}, std::false_type{});
     }
-    with_plain(d_c, std::false_type{}, std::false_type{});
   });
 }
 

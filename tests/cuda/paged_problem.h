@@ -28,6 +28,9 @@ struct ProblemSpec {
   int window = -1;
   float soft_cap = 0.0f;
   bool alibi = false, sinks = false, per_head_scales = false;
+  // q's magnitude; the logit scale is divided by it, so that the logits stay as with 1. Past
+  // f16's range (65504) it checks that kernels computing in f16 bring q into range first.
+  float q_amp = 1.0f;
 };
 
 // The spec's dimensions as a name fragment (layout, dtypes, head_dim, page size, heads, table
@@ -42,6 +45,7 @@ inline std::string spec_name(const ProblemSpec& c) {
   if (c.alibi) s += "_alibi";
   if (c.sinks) s += "_sinks";
   if (c.per_head_scales) s += "_headscale";
+  if (c.q_amp != 1.0f) s += "_qamp" + std::to_string(static_cast<long long>(c.q_amp));
   return s;
 }
 
@@ -122,7 +126,7 @@ inline HostProblem build(const ProblemSpec& c, std::uint64_t seed, std::int64_t 
   if (c.csr) h.csr = to_csr(h.bt.view(), P);
   const std::int64_t T = q_tokens < 0 ? S : q_tokens;  // decode: one query per sequence
   h.q.resize(static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * dtype_size(c.q));
-  for (std::int64_t i = 0; i < T * c.num_q_heads * c.head_dim; ++i) store_from_float(h.q.data(), c.q, i, uni(rng));
+  for (std::int64_t i = 0; i < T * c.num_q_heads * c.head_dim; ++i) store_from_float(h.q.data(), c.q, i, uni(rng) * c.q_amp);
   h.q_view = TensorView(h.q.data(), c.q, {T, c.num_q_heads, c.head_dim});
   for (std::int64_t i = 0; i < c.num_q_heads; ++i) {
     h.alibi.push_back(-0.05f * static_cast<float>(i + 1));
@@ -135,6 +139,7 @@ inline AttentionParams params_of(const ProblemSpec& c, HostProblem& h) {
   AttentionParams prm;
   prm.window_left = c.window;
   prm.logits_soft_cap = c.soft_cap;
+  if (c.q_amp != 1.0f) prm.scale = 1.0f / (std::sqrt(static_cast<float>(c.head_dim)) * c.q_amp);
   if (c.alibi) prm.alibi_slopes = TensorView(h.alibi.data(), DType::kF32, {c.num_q_heads});
   if (c.sinks) prm.sinks = TensorView(h.sinks.data(), DType::kF32, {c.num_q_heads});
   return prm;

@@ -128,8 +128,8 @@ TEST_P(CudaPrefill, MatchesReferenceWithoutPageBoxes) {
   expect_matches_reference(GetParam());
 }
 
-// The portable mma.sync kernel, which Hopper otherwise uses only for fp8 and for vLLM's split
-// layout with pages that hold no whole 8-slot runs.
+// The portable mma.sync kernel, which Hopper otherwise uses only for vLLM's split layout with
+// pages that hold no whole 8-slot runs (or fp8 V transposed).
 TEST_P(CudaPrefill, MatchesReferenceOnMmaSyncKernel) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedKernelChoice mma("mma");
@@ -242,6 +242,16 @@ std::vector<Case> cases() {
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.causal = false; });
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.window = 300; c.page_size = 8; });
   long_gqa([](Case& c) { c.head_dim = 80; c.kv = DType::kF16; c.q = DType::kF16; c.window = 300; });
+  // fp8 caches on the Hopper kernel (rows widened by its producer into a two-stage f16 ring; one
+  // raw stage at head_dim 256): the ring wraps many times, pages cut tiles, scales per head, q
+  // past f16's range (brought into it by a power of two).
+  long_gqa([](Case& c) { c.kv = DType::kF8E4M3; });
+  long_gqa([](Case& c) { c.kv = DType::kF8E5M2; c.q = DType::kF16; c.layout = KVLayout::kHND; c.causal = false; c.per_head_scales = true; });
+  long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.head_dim = 256; c.window = 300; });
+  long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.head_dim = 64; c.page_size = 3; c.csr = true; });
+  long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.q_amp = 200000.0f; c.sinks = true; });
+  with([](Case& c) { c.kv = DType::kF8E5M2; c.page_size = 1; c.head_dim = 96; c.out = DType::kF32; });
+  with([](Case& c) { c.kv = DType::kF8E4M3; c.q_amp = 100000.0f; c.layout = KVLayout::kVllmSplit; c.page_size = 16; });
   // What the tensor-core kernels do not take runs as one CUDA-core decode row per query token
   // (prefill_by_rows.cu): f32 q over every cache dtype, a 16-bit cache of the other 16-bit
   // dtype, fp8 at a head_dim that is not a multiple of 16; layouts, formats and variants.
@@ -279,8 +289,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefill, ::testing::ValuesIn(cases()),
 
 // The kernel choice itself: on compute capability 9.0, bf16 / f16 caches of q's dtype at
 // any head_dim go to the Hopper kernel (128-key tiles, 64 at head_dim 256), vLLM's split layout
-// too where its pages hold whole 8-slot runs of V; fp8, other vLLM pages, misaligned q rows and
-// PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32 at head_dim 256), as does every
+// too where its pages hold whole 8-slot runs of V, and fp8 caches of K and V rows; fp8 in vLLM's
+// split layout, other vLLM pages, misaligned q rows and PAGEDATTN_PREFILL_KERNEL=mma go to mma.sync (64-key tiles, 32 at head_dim 256), as does every
 // other device.
 TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
@@ -304,7 +314,15 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
     EXPECT_FALSE(cuda::prefill_geometry(q, 0).hopper) << why;
   };
   { auto q = p; q.qo.q_dtype = q.kv.dtype = DType::kF16; EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper); }
-  { auto q = p; q.kv.dtype = DType::kF8E4M3; expect_portable(q, "fp8 cache"); }
+  {
+    auto q = p;  // fp8 rows are widened by the Hopper kernel's producer, in tiles of the same keys
+    q.kv.dtype = DType::kF8E4M3;
+    const cuda::PrefillGeometry g8 = cuda::prefill_geometry(q, 0);
+    EXPECT_EQ(g8.hopper, hopper) << "fp8 cache";
+    EXPECT_EQ(g8.tile_keys, hopper ? 128 : 64) << "fp8 cache";
+    q.qo.q_dtype = DType::kF16, q.kv.dtype = DType::kF8E5M2;
+    EXPECT_EQ(cuda::prefill_geometry(q, 0).hopper, hopper) << "fp8 e5m2 cache, f16 q";
+  }
   {
     auto q = p;
     q.head_dim = q.kv.head_dim = q.kv.k.chunk_len = q.kv.v.chunk_len = 80;
@@ -329,6 +347,9 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
     q3.kv.page_size = 3, q3.kv.v.elem_stride = 3, q3.kv.k.chunk_stride = 3 * 8;
     for (detail::KVTensorAccess* t : {&q3.kv.k, &q3.kv.v}) t->page_stride = 8 * 128 * 3, t->head_stride = 128 * 3;
     expect_portable(q3, "vLLM's split layout, page size 3");
+    auto q8 = q;  // fp8: K in chunks of 16 dims, V transposed; the Hopper kernel widens rows only
+    q8.kv.dtype = DType::kF8E4M3, q8.kv.k.token_stride = 16, q8.kv.k.chunk_len = 16, q8.kv.k.chunk_stride = 16 * 16;
+    expect_portable(q8, "vLLM's split layout, fp8 cache");
   }
   {
     const ScopedKernelChoice mma("mma");
