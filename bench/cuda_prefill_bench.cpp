@@ -36,6 +36,12 @@ std::vector<CudaPrefillShape> standard_cuda_prefill_shapes() {
     append.page_size = page;
     out.push_back(append);
   }
+  // The same shapes over fp8 e4m3 caches (bf16 q), as the decode table has fp8 d-b64.
+  for (std::size_t i = 0; i < 2; ++i) {
+    CudaPrefillShape fp8 = out[i];
+    fp8.kv_dtype = DType::kF8E4M3;
+    out.push_back(fp8);
+  }
   return out;
 }
 

@@ -333,7 +333,7 @@ void add_bench_command(CLI::App& app, Action& action) {
                                       ->check(CLI::Range(0, 1 << 24))->capture_default_str());
   prefill_shape.options.push_back(prefill->add_flag("--non-causal", p->non_causal, "Let every query see every key"));
   prefill_shape.excluded_by(prefill->add_flag("--standard-shapes", p->standard_shapes,
-                                              "GPU only: run the prefill / append table of BENCHMARKS.md (in --layout, at --head-dim)"));
+                                              "GPU only: run the prefill / append table of BENCHMARKS.md, at page sizes 16 and 1, and over fp8 e4m3 caches at page 16 (in --layout, at --head-dim)"));
   prefill->add_option("--warmup-ms", p->warmup_ms,
                       "GPU only: warm up each shape at least this long, so that it is timed at the clock the "
                       "GPU's power limit lets it keep (default 500; 0: only the --warmup launches)")

@@ -34,18 +34,22 @@ bool valid_strides(std::initializer_list<std::int64_t> strides) {
   return true;
 }
 
-// A tensor map of 16-bit elements (bf16 or f16) with unit element steps and the 128-byte
-// swizzle that wgmma and ldmatrix read; false when the driver refuses it or cannot be found.
+// A tensor map with unit element steps: 16-bit elements (bf16 or f16) in the 128-byte swizzle
+// that wgmma and ldmatrix read, or fp8 bytes unswizzled (rows that a kernel widens itself before
+// its matrix units read them); false when the driver refuses it or cannot be found.
 template <std::size_t kRank>
 bool encode_swizzled(CUtensorMap& map, DType dtype, const void* data, const std::array<cuuint64_t, kRank>& dims,
                      const std::array<cuuint64_t, kRank - 1>& strides, const std::array<cuuint32_t, kRank>& box) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (encode == nullptr) return false;
-  const CUtensorMapDataType type = dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = is_fp8(dtype)           ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapSwizzle swizzle = is_fp8(dtype) ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
   std::array<cuuint32_t, kRank> steps;
   steps.fill(1);
   return encode(&map, type, static_cast<cuuint32_t>(kRank), const_cast<void*>(data), dims.data(), strides.data(), box.data(),
-                steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -58,10 +62,13 @@ struct PageBoxes {
 bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, int box_dims, int box_slots,
                        bool whole_rows, PageBoxes& out) {
   const DType dtype = kv.dtype;
-  if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
-  constexpr std::int64_t kElem = 2;
+  const bool fp8 = is_fp8(dtype);
+  if (dtype != DType::kBF16 && dtype != DType::kF16 && !(fp8 && !whole_rows)) return false;
+  const std::int64_t kElem = fp8 ? 1 : 2;
+  // A swizzled box row is at most the swizzle's 128 bytes; an unswizzled one up to 256 elements.
+  const std::int64_t max_row_bytes = fp8 ? 256 : 128;
   if (!t.dim_contiguous(kv.head_dim) || box_slots < 1 || box_slots > 256 || box_slots > kv.page_size ||
-      box_dims * kElem > 128) {
+      box_dims * kElem > max_row_bytes || box_dims * kElem % 16 != 0) {
     return false;
   }
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;

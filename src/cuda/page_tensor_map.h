@@ -22,7 +22,8 @@ struct KVPageBoxes {
   bool head_inner = true;  // coordinate order: (dim, head, slot, page) when true
 };
 
-// Encodes K's and V's boxes (16-bit elements, the same coordinate order for both); false when
+// Encodes K's and V's boxes (16-bit elements, the same coordinate order for both; or fp8 bytes
+// landing unswizzled as rows of box_dims bytes, up to 256, not with whole_rows); false when
 // the layout or alignment does not allow it (dims not contiguous, strides not multiples of 16
 // bytes, box_slots above 256 or the page size, K and V in different orders) or the driver
 // refuses: the kernel then gathers with cp.async.

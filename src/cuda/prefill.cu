@@ -102,10 +102,20 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
 // (8 rows of 128 bytes), K and V described alike. PAGEDATTN_PREFILL_TMA=0 turns them off.
 // 16-token pages take one box per page (page-major tiles) instead of one per 64 dims, unless
 // PAGEDATTN_PREFILL_WHOLE_PAGES=0: the TMA unit's boxes per tile are what page 16 pays for.
+// fp8 pages land raw, one box per page of rows of the kernel's dims, which the producer widens.
 bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm) {
   if (detail::env_switched_off("PAGEDATTN_PREFILL_TMA")) return false;
   const std::int64_t P = p.kv.page_size;
-  if (P % 8 != 0 || wgmma_shape(p.head_dim, false).tile_keys % P != 0) return false;
+  const bool fp8 = is_fp8(p.kv.dtype);
+  if (P % 8 != 0 || wgmma_shape(p.head_dim, fp8).tile_keys % P != 0) return false;
+  if (fp8) {
+    KVPageBoxes raw;
+    if (!encode_kv_page_boxes(p.kv, static_cast<int>(prefill_kernel_dims(p.head_dim)), static_cast<int>(P), raw)) return false;
+    prm.k_pages = raw.k;
+    prm.v_pages = raw.v;
+    prm.tma_head_inner = raw.head_inner;
+    return true;
+  }
   KVPageGroupBoxes groups;
   prm.page_major = P == WgmmaPrefillShape::kPageMajorSlots && !detail::env_switched_off("PAGEDATTN_PREFILL_WHOLE_PAGES") &&
                    encode_kv_page_groups(p.kv, groups);
@@ -192,8 +202,7 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
                   static_cast<unsigned>(p.num_seqs));
   prm.v_transposed = !v_rows(p);
   if (geometry.hopper) {
-    // fp8 tiles are widened by the producer's threads: no TMA boxes.
-    prm.tma_pages = !prm.v_transposed && !is_fp8(p.kv.dtype) && use_page_boxes(p, prm);
+    prm.tma_pages = !prm.v_transposed && use_page_boxes(p, prm);
     switch (p.kv.dtype) {
       case DType::kBF16: launch_paged_prefill_wgmma<__nv_bfloat16>(prm, grid, stream); break;
       case DType::kF16: launch_paged_prefill_wgmma<__half>(prm, grid, stream); break;

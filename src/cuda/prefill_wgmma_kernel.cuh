@@ -82,8 +82,8 @@ __device__ __forceinline__ float q_into_f16_range(uint4 (&qv)[kLoads], bool bf16
 // by page slots) takes the row gather as NHD does. Grid as the mma.sync kernel: (packed row
 // tile, KV head + num_kv_heads * split, sequence).
 //
-// KV: T, or fp8 (T = __half): the producer copies K and V rows raw into kRawStages stages ahead,
-// and each of its threads widens the chunks it copied into the f16 ring (exact); q is scaled
+// KV: T, or fp8 (T = __half): K and V rows land raw in kRawStages stages ahead (a page per TMA
+// box, or gathered), and the producer's threads widen them into the f16 ring (exact); q is scaled
 // into f16's range by a power of two per consumer, the K and V scales fold into the logit scale
 // and the output. K's stage is released as soon as S is done (its own empty barrier), so that
 // the producer widens tile j + 1's K while tile j's softmax and P V run on a ring of two stages.
@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   std::uint64_t* full_v = full_k + kStages;
   std::uint64_t* empty = full_v + kStages;  // V's stage (and K's, without fp8) is free again
   std::uint64_t* empty_k = empty + kStages;  // fp8: K's stage is free again
-  auto* s_qmax = reinterpret_cast<unsigned*>(empty + (kFp8 ? 2 : 1) * kStages);  // fp8: [consumer]
+  std::uint64_t* raw_full = empty_k + kStages;  // fp8: [raw stage] landed
+  auto* s_qmax = reinterpret_cast<unsigned*>(empty + (kFp8 ? 2 * kStages + Shape::kRawStages : kStages));  // fp8: [consumer]
 
   const detail::AttentionProblem& p = prm.p;
   PrefillTile tile;
@@ -130,7 +131,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       sm90::mbarrier_init(&empty[st], 8);     // every consumer warp
       if constexpr (kFp8) sm90::mbarrier_init(&empty_k[st], 8);
     }
-    if constexpr (kFp8) s_qmax[0] = s_qmax[1] = 0u;
+    if constexpr (kFp8) {
+      for (int rs = 0; rs < Shape::kRawStages; ++rs) sm90::mbarrier_init(&raw_full[rs], 128);
+      s_qmax[0] = s_qmax[1] = 0u;
+    }
     sm90::fence_mbarrier_init();
   }
   __syncthreads();
@@ -179,11 +183,26 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::int64_t v_off = page * v_page_stride + static_cast<std::int64_t>(slot) * v_token_stride;
       return make_uint2(static_cast<std::uint32_t>(k_off >> 3), static_cast<std::uint32_t>(v_off >> 3));
     };
+    // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
+    // of the page size when the host made the maps) and may come as TMA boxes; tiles at the
+    // ends of the key range take the cp.async gather, which fills the keys outside the range
+    // with zeros (a page's unused slots may hold NaN).
+    const int pages_per_tile = kKeys / static_cast<int>(P);
+    auto by_tma = [&](int j) {
+      const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+      return prm.tma_pages && ts >= t_begin && ts + kKeys <= t_end;
+    };
+    const int c_head1 = prm.tma_head_inner ? kv_head : 0, c_head2 = prm.tma_head_inner ? 0 : kv_head;
     if constexpr (kFp8) {
       // fp8: kRowLanes lanes per row (16-byte chunks of kD one-byte elements), kPassRows rows
-      // per pass. Each thread copies its chunks of a tile's K and V rows into a raw stage
-      // (cp.async, zeros outside the keys), kRawStages tiles ahead, and widens the same chunks
-      // once they land: its own copies, so no barrier but cp.async's wait_group orders them.
+      // per pass. A tile's K and V rows land raw in a raw stage, kRawStages tiles ahead: as one
+      // TMA box per page and tensor (rows of kD bytes, the dims past head_dim zeros), issued by
+      // warp 0's lanes, or gathered by cp.async (zeros outside the keys), each thread its own
+      // chunks. Each thread then widens the chunks of its rows. raw_full counts 128 arrivals: a
+      // gathered tile's from every thread as it issues its copies (which it then waits for
+      // itself), a TMA tile's from thread 0 with the expected bytes, after a producer barrier
+      // that also frees the stage of every thread's reads; so no thread's arrival can complete a
+      // phase that another thread has not yet waited for.
       constexpr int kRowLanes = kD / 16, kPassRows = 32 / kRowLanes, kPasses = kWarpRows / kPassRows;
       constexpr int kRaw = Shape::kRawStages, kRawTile = Shape::kRawTileBytes;
       const int c8 = lane % kRowLanes, rp = lane / kRowLanes;
@@ -192,12 +211,33 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const KV* v8 = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, c8 * 16);
       const int my_row0 = warp * kWarpRows + rp;  // + kPassRows * pass
       unsigned char* raw0 = s_raw + my_row0 * kD + c8 * 16;
-      auto issue_raw = [&](int j, uint2 rows) {
-        if (j < n_tiles) {
+      // Warp 0's lane i finds page i of a TMA tile, a tile ahead.
+      auto find_raw_page = [&](int j) {
+        if (warp != 0 || lane >= pages_per_tile || j >= n_tiles || !by_tma(j)) return 0;
+        const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+        return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + lane));
+      };
+      auto find_rows = [&](int j) { return by_tma(j) ? make_uint2(kOutside, kOutside) : find_row(j); };
+      auto issue_raw = [&](int j, uint2 rows, int page) {
+        const int rs = j % kRaw;
+        if (j < n_tiles && by_tma(j)) {
+          if (warp == 0) {
+            if (lane == 0) {
+              sm90::mbarrier_arrive_expect_tx(&raw_full[rs], 2 * kRawTile);
+              sm90::mbarrier_arrive(&raw_full[rs], 127);
+            }
+            __syncwarp();  // lane 0's expect_tx comes before any box lands
+            if (lane < pages_per_tile) {
+              const std::uint32_t dst = sm90::smem_address(s_raw + rs * 2 * kRawTile + lane * static_cast<int>(P) * kD);
+              sm90::tma_load_4d(dst, &prm.k_pages, 0, c_head1, c_head2, page, &raw_full[rs]);
+              sm90::tma_load_4d(dst + kRawTile, &prm.v_pages, 0, c_head1, c_head2, page, &raw_full[rs]);
+            }
+          }
+        } else if (j < n_tiles) {
           __syncwarp();  // the warp's reads of the previous tile's offsets are done
           if (lane < kWarpRows) my_rows[lane] = rows;
           __syncwarp();
-          unsigned char* raw = raw0 + (j % kRaw) * 2 * kRawTile;
+          unsigned char* raw = raw0 + rs * 2 * kRawTile;
 #pragma unroll
           for (int pass = 0; pass < kPasses; ++pass) {
             const uint2 off = my_rows[kPassRows * pass + rp];
@@ -207,8 +247,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
             sm90::cp_async_16_or_zeros(dst, k8 + k_at, valid);
             sm90::cp_async_16_or_zeros(dst + kRawTile, v8 + v_at, valid);
           }
+          sm90::mbarrier_arrive(&raw_full[rs]);
         }
-        cp_async_commit();  // empty past the last tile: the wait below counts groups
+        cp_async_commit();  // empty past the last tile and for TMA tiles: the wait below counts groups
       };
       // Chunk 2 c8 + h of row r in the swizzled f16 tile: both of a thread's chunks share the
       // 64-dim block c8 / 4 and differ in bit 4 of the offset. Threads whose chunks lie in the
@@ -230,22 +271,27 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         sm90::fence_shared_for_async();  // the consumers' wgmma read these stores
         sm90::mbarrier_arrive(full);
       };
-      uint2 next_rows = find_row(0);
+      uint2 next_rows = find_rows(0);
+      int next_page = find_raw_page(0);
 #pragma unroll
       for (int j = 0; j < kRaw; ++j) {
-        issue_raw(j, next_rows);
-        next_rows = find_row(j + 1);
+        issue_raw(j, next_rows, next_page);
+        next_rows = find_rows(j + 1);
+        next_page = find_raw_page(j + 1);
       }
       for (int j = 0; j < n_tiles; ++j) {
         const int stage = j % kStages;
         const unsigned char* raw = raw0 + (j % kRaw) * 2 * kRawTile;
-        cp_async_wait<kRaw - 1>();  // this thread's copies of tile j have landed
+        cp_async_wait<kRaw - 1>();  // this thread's copies of tile j have landed (a gathered tile)
+        sm90::mbarrier_wait(&raw_full[j % kRaw], (j / kRaw) & 1);  // and the boxes (a TMA tile)
         if (j >= kStages) sm90::mbarrier_wait(&empty_k[stage], ((j / kStages) + 1) & 1);
         widen(raw, s_k + stage * Shape::kTileBytes, &full_k[stage]);
         if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
         widen(raw + kRawTile, s_v + stage * Shape::kTileBytes, &full_v[stage]);
-        issue_raw(j + kRaw, next_rows);
-        next_rows = find_row(j + kRaw + 1);
+        if (by_tma(j + kRaw)) sm90::named_barrier(3, 128);  // every producer thread is done with the raw stage
+        issue_raw(j + kRaw, next_rows, next_page);
+        next_rows = find_rows(j + kRaw + 1);
+        next_page = find_raw_page(j + kRaw + 1);
       }
       cp_async_wait<0>();
       return;
@@ -316,16 +362,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         cp_async_16_prefix(tile + vt_dst + i * kVtDimStep * 128, src + d * vt_dim_stride, d < p.head_dim ? g.bytes : 0);
       }
     };
-    // Tiles wholly inside [t_begin, t_end) are whole pages of valid keys (kKeys is a multiple
-    // of the page size when the host made the maps): warp 0 copies each page of K and V as kHalves
-    // TMA boxes (64 dims x page_size slots), thread 0 expects their bytes on the full barriers,
-    // the other threads only arrive. Tiles at the ends of the key range take the cp.async gather,
-    // which fills the keys outside the range with zeros (a page's unused slots may hold NaN).
-    const int pages_per_tile = kKeys / static_cast<int>(P);
-    auto by_tma = [&](int j) {
-      const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
-      return prm.tma_pages && ts >= t_begin && ts + kKeys <= t_end;
-    };
+    // A TMA tile: warp 0 copies each page of K and V as kHalves TMA boxes (64 dims x page_size
+    // slots), thread 0 expects their bytes on the full barriers, the other threads only arrive.
     // Warp 0's lane i issues box i of a TMA tile (its page id looked up a tile ahead, as the
     // rows): page i, both halves, in a page-major tile; else page i / kHalves, dims
     // 64 * (i % kHalves).
@@ -335,7 +373,6 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
       return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + (kPageMajor ? lane : lane / kHalves)));
     };
-    const int c_head1 = prm.tma_head_inner ? kv_head : 0, c_head2 = prm.tma_head_inner ? 0 : kv_head;
     const std::uint32_t box_offset =
         kPageMajor ? lane * Shape::kPageMajorBytes : (lane % kHalves) * kKeys * 128 + (lane / kHalves) * P * 128;
     auto load_pages = [&](std::uint32_t tile, const CUtensorMap* map, std::uint64_t* full, int page) {

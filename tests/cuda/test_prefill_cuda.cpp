@@ -242,9 +242,12 @@ std::vector<Case> cases() {
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.head_dim = 256; c.causal = false; });
   long_gqa([](Case& c) { c.layout = KVLayout::kVllmSplit; c.window = 300; c.page_size = 8; });
   long_gqa([](Case& c) { c.head_dim = 80; c.kv = DType::kF16; c.q = DType::kF16; c.window = 300; });
-  // fp8 caches on the Hopper kernel (rows widened by its producer into a two-stage f16 ring; one
-  // raw stage at head_dim 256): the ring wraps many times, pages cut tiles, scales per head, q
-  // past f16's range (brought into it by a power of two).
+  // fp8 caches on the Hopper kernel (rows landing raw, as TMA page boxes or gathered, widened by
+  // its producer into a two-stage f16 ring; one raw stage at head_dim 256): the ring wraps many
+  // times, pages of 3 (gathered), 8, 16 and 128 slots, dims padded in the boxes, scales per head,
+  // q past f16's range (brought into it by a power of two).
+  long_gqa([](Case& c) { c.kv = DType::kF8E5M2; c.page_size = 8; c.head_dim = 256; c.layout = KVLayout::kHND; });
+  long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.page_size = 128; c.head_dim = 80; c.causal = false; });
   long_gqa([](Case& c) { c.kv = DType::kF8E4M3; });
   long_gqa([](Case& c) { c.kv = DType::kF8E5M2; c.q = DType::kF16; c.layout = KVLayout::kHND; c.causal = false; c.per_head_scales = true; });
   long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.head_dim = 256; c.window = 300; });
