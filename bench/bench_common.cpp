@@ -54,6 +54,8 @@ void fill_random(void* data, DType dtype, std::int64_t count, std::uint64_t seed
   }
 }
 
+std::int64_t kv_rotation_bytes(std::int64_t floor) { return std::max(floor, 2 * cpu_last_level_cache_bytes()); }
+
 std::string cpu_device_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;

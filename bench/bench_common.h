@@ -34,6 +34,10 @@ void fill_random(void* data, DType dtype, std::int64_t count, std::uint64_t seed
 // "AMD EPYC 9654 96-Core Processor" (the first model name in /proc/cpuinfo), or "cpu".
 std::string cpu_device_name();
 
+// Bytes of KV a CPU benchmark rotates through between calls: at least `floor` and twice the
+// last-level cache, so that no call finds its pages still cached from the ones before.
+std::int64_t kv_rotation_bytes(std::int64_t floor);
+
 // The case-describing fields every record has: op, backend ("cpu"), device, dtype, kv_dtype,
 // layout, page_size, head counts, head_dim, batch, seq_lens_desc, plus num_threads and
 // simd_target.

@@ -19,8 +19,8 @@
 namespace pagedattn::bench {
 
 namespace {
-// KV bytes that every rotation must stream, at least: 4x a 32 MiB L3, so no call finds its
-// pages still cached from the previous one.
+// KV bytes that every rotation must stream, at least (4x a 32 MiB L3; kv_rotation_bytes raises
+// it to twice the machine's last-level cache).
 constexpr std::int64_t kMinRotationBytes = std::int64_t{128} << 20;
 
 struct Variant {
@@ -45,7 +45,7 @@ BenchCache make_cache(const DecodeBenchConfig& cfg, DType kv_dtype, std::uint64_
   const std::int64_t pages_per_set = std::max<std::int64_t>(1, cfg.batch * pages_per_seq);
   KVCacheSpec spec{cfg.layout, kv_dtype, pages_per_set, cfg.page_size, cfg.num_kv_heads, cfg.head_dim};
   const std::int64_t set_bytes = 2 * spec.bytes_per_tensor();
-  const std::int64_t sets = std::max<std::int64_t>(1, (kMinRotationBytes + set_bytes - 1) / set_bytes);
+  const std::int64_t sets = std::max<std::int64_t>(1, (kv_rotation_bytes(kMinRotationBytes) + set_bytes - 1) / set_bytes);
   spec.num_pages = sets * pages_per_set;
 
   BenchCache c;

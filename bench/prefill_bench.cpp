@@ -24,7 +24,7 @@ namespace pagedattn::bench {
 
 namespace {
 
-constexpr std::int64_t kMinPoolBytes = std::int64_t{256} << 20;  // K + V over all sets
+constexpr std::int64_t kMinPoolBytes = std::int64_t{256} << 20;  // K + V over all sets, at least
 constexpr std::int64_t kMaxSets = 8;
 
 }  // namespace
@@ -39,7 +39,7 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
                             c.head_dim};
   const std::int64_t set_bytes = 2 * one_set.bytes_per_tensor();
   const std::int64_t sets =
-      std::clamp<std::int64_t>(kMinPoolBytes / std::max<std::int64_t>(1, set_bytes), 1, kMaxSets);
+      std::clamp<std::int64_t>(kv_rotation_bytes(kMinPoolBytes) / std::max<std::int64_t>(1, set_bytes), 1, kMaxSets);
   KVCacheSpec spec = one_set;
   spec.num_pages = pages_per_set * sets;
 

@@ -19,6 +19,7 @@ int run_info() {
   fmt::print("  compiled targets  {}\n", targets.empty() ? "(none)" : fmt::format("{}", fmt::join(targets, ", ")));
   fmt::print("  cpu bf16 products {}\n", cpu_bf16_products());
   fmt::print("  hardware threads  {}\n", cpu_hardware_threads());
+  fmt::print("  last-level cache  {} MiB\n", cpu_last_level_cache_bytes() >> 20);
   const std::vector<GpuInfo> gpus = cuda_devices();
   if (gpus.empty()) {
     fmt::print("  gpus              none ({})\n", cuda_unavailable_reason());

@@ -28,5 +28,8 @@ std::vector<std::string> cpu_compiled_simd_targets();
 // "avx512-bf16", or "none" (f32 products).
 std::string cpu_bf16_products();
 int cpu_hardware_threads();
+// Bytes of the CPU's last-level data cache as the C library reports it (32 MiB where it reports
+// nothing). On a virtual machine this is the host's cache, shared with other tenants.
+std::int64_t cpu_last_level_cache_bytes();
 
 }  // namespace pagedattn

@@ -57,5 +57,7 @@ std::string cpu_bf16_products() {
 
 int cpu_hardware_threads() { return omp_get_num_procs(); }
 
+std::int64_t cpu_last_level_cache_bytes() { return cpu::last_level_cache_bytes(); }
+
 }  // namespace pagedattn
 #endif  // HWY_ONCE
