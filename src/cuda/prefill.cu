@@ -84,7 +84,7 @@ bool hopper_kernel_fits(const detail::AttentionProblem& p, int device) {
   if (detail::env_value("PAGEDATTN_PREFILL_KERNEL") == "mma") return false;
   const bool q_rows_aligned = reinterpret_cast<std::uintptr_t>(p.qo.q) % 16 == 0 && p.qo.q_token_stride % 8 == 0 &&
                               p.qo.q_head_stride % 8 == 0;
-  // The producer keeps each row's offset in 16-byte units in 32 bits.
+  // The producer keeps each row's offset in units of 8 elements (16 bytes, fp8: 8) in 32 bits.
   auto offsets_fit = [&](const detail::KVTensorAccess& t) {
     const std::int64_t last = (p.kv.num_pages - 1) * t.page_stride + (p.kv.num_kv_heads - 1) * t.head_stride +
                               (p.kv.page_size - 1) * t.token_stride;

@@ -160,13 +160,13 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     // row gather copies only K).
     const std::int64_t k_pass = kVT ? 16 * ka.chunk_stride : 128;
     // The host checked that page and token strides fit 31 bits and that every row's offset in
-    // 16-byte units fits 32 bits.
+    // units of 8 elements fits 32 bits.
     const auto k_page_stride = static_cast<std::int32_t>(ka.page_stride), v_page_stride = static_cast<std::int32_t>(va.page_stride);
     const auto k_token_stride = static_cast<std::int32_t>(ka.token_stride), v_token_stride = static_cast<std::int32_t>(va.token_stride);
     const auto P = static_cast<std::uint32_t>(p.kv.page_size);
     constexpr std::uint32_t kOutside = 0xffffffffu;
     // Each warp copies kWarpRows rows of a tile: lane l finds row kWarpRows * warp + l's K and V offsets in
-    // 16-byte units (a tile ahead, so the page-table load is in flight while the warp waits and
+    // units of 8 elements (a tile ahead, so the page-table load is in flight while the warp waits and
     // copies), then the warp copies two rows (16 lanes x 16 bytes each) per pass. The offsets
     // are stored odd rows after even ones, so that a thread's rows of two passes (2 pass + hi,
     // 2 pass + 2 + hi) are one 16-byte shared load: the gather's shared loads and copies share
@@ -288,7 +288,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         widen(raw, s_k + stage * Shape::kTileBytes, &full_k[stage]);
         if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
         widen(raw + kRawTile, s_v + stage * Shape::kTileBytes, &full_v[stage]);
-        if (by_tma(j + kRaw)) sm90::named_barrier(3, 128);  // every producer thread is done with the raw stage
+        // Every producer thread is done with the raw stage (its reads, and with widen's proxy
+        // fence its earlier cp.async writes too) before a TMA tile lands there.
+        if (by_tma(j + kRaw)) sm90::named_barrier(3, 128);
         issue_raw(j + kRaw, next_rows, next_page);
         next_rows = find_rows(j + kRaw + 1);
         next_page = find_raw_page(j + kRaw + 1);
@@ -705,7 +707,9 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         // exponentials (after the row maxima), so the softmax waited for P V after all. A second
         // wait on tile j's K barrier (complete: returns at once) ends the basic block, and the
         // wait stays after the softmax (perf-notes, prefill v13: -1% prefill, -2% append with
-        // the turns gone).
+        // the turns gone). With fp8, K's stage was released above, yet its phase cannot move on
+        // before this wait: the producer widens K(j + kStages) only after V(j + kStages - 1),
+        // which needs this warp's release of tile j - 1 below.
         wait_k(j);
         sm90::wgmma_wait<0>();  // O and P are free again
         pv_done();

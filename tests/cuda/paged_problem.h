@@ -29,7 +29,8 @@ struct ProblemSpec {
   float soft_cap = 0.0f;
   bool alibi = false, sinks = false, per_head_scales = false;
   // q's magnitude; the logit scale is divided by it, so that the logits stay as with 1. Past
-  // f16's range (65504) it checks that kernels computing in f16 bring q into range first.
+  // f16's range (65504; with a bf16 q) it checks that kernels computing in f16 bring q into
+  // range first.
   float q_amp = 1.0f;
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/page_tensor_map.h"
 #include "cuda/prefill.h"
 #include "device_buffer.h"
 #include "expect_error.h"
@@ -254,6 +255,7 @@ std::vector<Case> cases() {
   long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.head_dim = 64; c.page_size = 3; c.csr = true; });
   long_gqa([](Case& c) { c.kv = DType::kF8E4M3; c.q_amp = 200000.0f; c.sinks = true; });
   with([](Case& c) { c.kv = DType::kF8E5M2; c.page_size = 1; c.head_dim = 96; c.out = DType::kF32; });
+  // The same q range on the mma.sync kernel (fp8 in vLLM's layout), which scales per warp.
   with([](Case& c) { c.kv = DType::kF8E4M3; c.q_amp = 100000.0f; c.layout = KVLayout::kVllmSplit; c.page_size = 16; });
   // What the tensor-core kernels do not take runs as one CUDA-core decode row per query token
   // (prefill_by_rows.cu): f32 q over every cache dtype, a 16-bit cache of the other 16-bit
@@ -357,6 +359,35 @@ TEST(CudaPrefillKernelChoice, HopperKernelWhereItApplies) {
   {
     const ScopedKernelChoice mma("mma");
     expect_portable(p, "PAGEDATTN_PREFILL_KERNEL=mma");
+  }
+}
+
+// fp8 caches' raw page boxes (UINT8, unswizzled rows of the Hopper prefill kernel's dims: 128
+// for head dims up to 128, 256 past it): the driver must take them for NHD and HND, dims padded
+// in the box, pages of 8 to 128 slots. Were it to refuse, the kernel would gather every tile,
+// correct and slower, and no reference case would notice.
+TEST(CudaPrefillKernelChoice, Fp8RawPageBoxesEncode) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  constexpr std::int64_t kPages = 64, kHeads = 8;
+  DeviceBuffer k(kPages * 128 * kHeads * 256), v(k.bytes());
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+    for (std::int64_t d : {64, 80, 128, 256}) {
+      for (std::int64_t P : {8, 16, 128}) {
+        detail::KVCacheAccess kv;
+        kv.dtype = DType::kF8E4M3;
+        kv.num_pages = kPages, kv.page_size = P, kv.num_kv_heads = kHeads, kv.head_dim = d;
+        for (auto [t, data] : {std::pair{&kv.k, k.get()}, std::pair{&kv.v, v.get()}}) {
+          t->data = static_cast<std::byte*>(data);
+          t->page_stride = P * kHeads * d, t->chunk_len = d;
+          t->token_stride = layout == KVLayout::kNHD ? kHeads * d : d;
+          t->head_stride = layout == KVLayout::kNHD ? d : P * d;
+        }
+        cuda::KVPageBoxes boxes;
+        const int box_dims = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+        EXPECT_TRUE(cuda::encode_kv_page_boxes(kv, box_dims, static_cast<int>(P), boxes))
+            << to_string(layout) << " head_dim " << d << " page " << P;
+      }
+    }
   }
 }
 

@@ -73,7 +73,7 @@ def median_rounds(records, key):
 
 
 def compute_table(ours, theirs):
-    mine = median_rounds(ours, lambda r: (r["shape"], r["page_size"], r["kv_dtype"]))
+    mine = median_rounds(ours, lambda r: (r["shape"], r["page_size"], r.get("kv_dtype", "bf16")))
     best = {}
     for r in median_rounds(theirs, lambda r: (r["shape"], r["backend"])).values():
         if r["shape"] not in best or r["time_us_median"] < best[r["shape"]]["time_us_median"]:
@@ -85,10 +85,11 @@ def compute_table(ours, theirs):
     print("| shape | op | kv dtype | page | time µs (median) | TFLOP/s | % of matmul ceiling | fastest competitor | its µs | speed-up |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in mine.values():
-        comp = best.get(r["shape"]) if r["kv_dtype"] == "bf16" else None
+        kv = r.get("kv_dtype", "bf16")  # records before fp8 prefill rows had none
+        comp = best.get(r["shape"]) if kv == "bf16" else None
         comp_cols = (f"{comp['backend']} | {comp['time_us_median']:.1f} | {comp['time_us_median'] / r['time_us_median']:.2f}x"
                      if comp else "- | - | -")
-        print(f"| {r['shape']} | {r['op']} | {r['kv_dtype']} | {r['page_size']} | {r['time_us_median']:.1f} | "
+        print(f"| {r['shape']} | {r['op']} | {kv} | {r['page_size']} | {r['time_us_median']:.1f} | "
               f"{r['achieved_tflops']:.1f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |")
 
 
