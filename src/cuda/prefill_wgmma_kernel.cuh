@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
   std::uint64_t* empty = full_v + kStages;  // V's stage (and K's, without fp8) is free again
   std::uint64_t* empty_k = empty + kStages;  // fp8: K's stage is free again
   std::uint64_t* raw_full = empty_k + kStages;  // fp8: [raw stage] landed
-  auto* s_qmax = reinterpret_cast<unsigned*>(empty + (kFp8 ? 2 * kStages + Shape::kRawStages : kStages));  // fp8: [consumer]
+  std::uint64_t* raw_empty = raw_full + Shape::kRawStages;  // fp8: [raw stage] read by every producer thread
+  auto* s_qmax = reinterpret_cast<unsigned*>(empty + (kFp8 ? 2 * kStages + 2 * Shape::kRawStages : kStages));  // fp8: [consumer]
 
   const detail::AttentionProblem& p = prm.p;
   PrefillTile tile;
@@ -132,7 +133,10 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       if constexpr (kFp8) sm90::mbarrier_init(&empty_k[st], 8);
     }
     if constexpr (kFp8) {
-      for (int rs = 0; rs < Shape::kRawStages; ++rs) sm90::mbarrier_init(&raw_full[rs], 128);
+      for (int rs = 0; rs < Shape::kRawStages; ++rs) {
+        sm90::mbarrier_init(&raw_full[rs], 128);
+        sm90::mbarrier_init(&raw_empty[rs], 128);
+      }
       s_qmax[0] = s_qmax[1] = 0u;
     }
     sm90::fence_mbarrier_init();
@@ -198,14 +202,21 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       // per pass. A tile's K and V rows land raw in a raw stage, kRawStages tiles ahead: as one
       // TMA box per page and tensor (rows of kD bytes, the dims past head_dim zeros), issued by
       // warp 0's lanes, or gathered by cp.async (zeros outside the keys), each thread its own
-      // chunks. Each thread then widens the chunks of its rows. raw_full counts 128 arrivals: a
-      // gathered tile's from every thread as it issues its copies (which it then waits for
-      // itself), a TMA tile's from thread 0 with the expected bytes, after a producer barrier
-      // that also frees the stage of every thread's reads; so no thread's arrival can complete a
-      // phase that another thread has not yet waited for.
+      // chunks. Each thread then widens the chunks of its rows and arrives on the stage's
+      // raw_empty. raw_full counts 128 arrivals: a gathered tile's from every thread as it
+      // issues its copies (which it then waits for itself), a TMA tile's from thread 0 with the
+      // expected bytes, once warp 0 has seen raw_empty complete (every thread done reading the
+      // stage); so no thread's arrival can complete a phase that another has not yet waited for.
       constexpr int kRowLanes = kD / 16, kPassRows = 32 / kRowLanes, kPasses = kWarpRows / kPassRows;
       constexpr int kRaw = Shape::kRawStages, kRawTile = Shape::kRawTileBytes;
-      const int c8 = lane % kRowLanes, rp = lane / kRowLanes;
+      // Lanes in groups of four take the 64 bytes of one row's 64-dim block. The two groups of a
+      // quarter-warp take rows of different parity and blocks of different parity, so their raw
+      // loads fall in different bank halves and their swizzled stores on eight distinct slots
+      // (the slot of chunk c of row r is (c % 8) ^ (r % 8)).
+      const int lane_group = lane >> 2, quarter = lane_group >> 1, odd = lane_group & 1;
+      const int rp = kD == 64 ? lane_group : kD == 128 ? (quarter + odd) & 3 : (quarter & 1) ^ odd;
+      const int block = kD == 64 ? 0 : kD == 128 ? odd : 2 * (quarter >> 1) + odd;
+      const int c8 = 4 * block + (lane & 3);
       const bool live8 = c8 * 16 < p.head_dim;
       const KV* k8 = reinterpret_cast<const KV*>(ka.data) + ka.offset(0, kv_head, 0, c8 * 16);
       const KV* v8 = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, c8 * 16);
@@ -222,6 +233,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         const int rs = j % kRaw;
         if (j < n_tiles && by_tma(j)) {
           if (warp == 0) {
+            if (j >= kRaw) sm90::mbarrier_wait(&raw_empty[rs], ((j / kRaw) + 1) & 1);  // tile j - kRaw read
             if (lane == 0) {
               sm90::mbarrier_arrive_expect_tx(&raw_full[rs], 2 * kRawTile);
               sm90::mbarrier_arrive(&raw_full[rs], 127);
@@ -251,22 +263,17 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         }
         cp_async_commit();  // empty past the last tile and for TMA tiles: the wait below counts groups
       };
-      // Chunk 2 c8 + h of row r in the swizzled f16 tile: both of a thread's chunks share the
-      // 64-dim block c8 / 4 and differ in bit 4 of the offset. Threads whose chunks lie in the
-      // odd block store their high half first, so that a quarter-warp's stores hit 8 distinct
-      // 16-byte bank groups.
-      const bool hi_first = (c8 >> 2) & 1;
+      // Chunks 2 c8 and 2 c8 + 1 of row r in the swizzled f16 tile: they share the 64-dim block
+      // c8 / 4 and differ in bit 4 of the offset.
       auto widen = [&](const unsigned char* raw, unsigned char* tile, std::uint64_t* full) {
 #pragma unroll 2
         for (int pass = 0; pass < kPasses; ++pass) {
-          uint4 in = *reinterpret_cast<const uint4*>(raw + pass * kPassRows * kD);
-          if (hi_first) in = make_uint4(in.z, in.w, in.x, in.y);
-          uint4 first, second;
-          widen_fp8x16_to_f16<KV>(in, first, second);
+          uint4 lo, hi;
+          widen_fp8x16_to_f16<KV>(*reinterpret_cast<const uint4*>(raw + pass * kPassRows * kD), lo, hi);
           const int r = my_row0 + pass * kPassRows;
-          const int off = (c8 >> 2) * kKeys * 128 + r * 128 + (((2 * c8) & 7) ^ (r & 7)) * 16;
-          *reinterpret_cast<uint4*>(tile + (off ^ (hi_first ? 16 : 0))) = first;
-          *reinterpret_cast<uint4*>(tile + (off ^ (hi_first ? 0 : 16))) = second;
+          const int off = block * kKeys * 128 + r * 128 + (((2 * c8) & 7) ^ (r & 7)) * 16;
+          *reinterpret_cast<uint4*>(tile + off) = lo;
+          *reinterpret_cast<uint4*>(tile + (off ^ 16)) = hi;
         }
         sm90::fence_shared_for_async();  // the consumers' wgmma read these stores
         sm90::mbarrier_arrive(full);
@@ -288,9 +295,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         widen(raw, s_k + stage * Shape::kTileBytes, &full_k[stage]);
         if (j >= kStages) sm90::mbarrier_wait(&empty[stage], ((j / kStages) + 1) & 1);
         widen(raw + kRawTile, s_v + stage * Shape::kTileBytes, &full_v[stage]);
-        // Every producer thread is done with the raw stage (its reads, and with widen's proxy
-        // fence its earlier cp.async writes too) before a TMA tile lands there.
-        if (by_tma(j + kRaw)) sm90::named_barrier(3, 128);
+        sm90::mbarrier_arrive(&raw_empty[j % kRaw]);  // done with the raw stage (a TMA tile may land there)
         issue_raw(j + kRaw, next_rows, next_page);
         next_rows = find_rows(j + kRaw + 1);
         next_page = find_raw_page(j + kRaw + 1);

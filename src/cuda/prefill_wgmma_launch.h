@@ -39,8 +39,8 @@ struct WgmmaPrefillShapeOf {
   static constexpr int kPageMajorBytes = 2 * kSlotGroupBytes;
   static constexpr int kOffsetBytes = kKeys * 8;  // the producer's rows of a tile (K, V offsets)
   // full K, full V, empty (V, and K too without fp8) per stage; fp8 releases K apart (empty K)
-  // and has a "landed" barrier per raw stage.
-  static constexpr int kBarrierBytes = ((kFp8 ? 4 : 3) * kStages + kRawStages) * 8;
+  // and has a "landed" and a "read" barrier per raw stage.
+  static constexpr int kBarrierBytes = ((kFp8 ? 4 : 3) * kStages + 2 * kRawStages) * 8;
   static constexpr int kQMaxBytes = kFp8 ? 8 : 0;  // fp8: each consumer's largest |q| (f32 bits)
   // + 1024: the tiles are aligned to the swizzle period inside the dynamic allocation.
   static constexpr int kBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + 2 * kRawStages * kRawTileBytes + kOffsetBytes +
