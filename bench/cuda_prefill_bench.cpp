@@ -21,27 +21,23 @@ namespace pagedattn::bench {
 
 std::vector<CudaPrefillShape> standard_cuda_prefill_shapes() {
   std::vector<CudaPrefillShape> out;
-  for (std::int64_t page : {16, 1}) {
+  auto add_pair = [&](std::int64_t page, DType kv_dtype) {
     CudaPrefillShape prefill;
     prefill.name = "p-8x4096";
     prefill.batch = 8;
     prefill.new_tokens = 4096;
     prefill.page_size = page;
+    prefill.kv_dtype = kv_dtype;
     out.push_back(prefill);
-    CudaPrefillShape append;
+    CudaPrefillShape append = prefill;
     append.name = "a-512-on-8x8192";
-    append.batch = 8;
     append.new_tokens = 512;
     append.cached_tokens = 8192;
-    append.page_size = page;
     out.push_back(append);
-  }
-  // The same shapes over fp8 e4m3 caches (bf16 q), as the decode table has fp8 d-b64.
-  for (std::size_t i = 0; i < 2; ++i) {
-    CudaPrefillShape fp8 = out[i];
-    fp8.kv_dtype = DType::kF8E4M3;
-    out.push_back(fp8);
-  }
+  };
+  add_pair(16, DType::kBF16);
+  add_pair(1, DType::kBF16);
+  add_pair(16, DType::kF8E4M3);  // bf16 q over fp8 e4m3 caches, as the decode table has fp8 d-b64
   return out;
 }
 

@@ -63,6 +63,15 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// The power of two by which values whose largest magnitude is amax are divided to lie below
+// 2^15, inside f16's range with room to spare (0 when they already do): fp8 caches are
+// multiplied in f16 whatever q's dtype.
+__device__ __forceinline__ int f16_range_shift(float amax) {
+  int e = 0;
+  frexpf(amax, &e);  // amax < 2^e
+  return max(0, e - 15);
+}
+
 // q of a warp's 16 rows as mma A fragments: qf[k-step][row r][dims d, d+1, d+8, d+9] of rows
 // gid and gid + 8, packed into T pairs. For fp8 caches (kFp8) the tensor cores multiply in f16
 // whatever q's dtype, so q is first scaled by a power of two that keeps the warp's largest |q|
@@ -77,9 +86,7 @@ __device__ __forceinline__ void pack_q_fragments(float (&qf)[kD / 16][2][4], flo
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(qf[kk][i / 4][i % 4]));
     for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    int e = 0;
-    frexpf(amax, &e);  // amax < 2^e
-    const int shift = max(0, e - 15);
+    const int shift = f16_range_shift(amax);
     s_mul = ldexpf(s_mul, shift);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)

@@ -38,7 +38,7 @@ bool valid_strides(std::initializer_list<std::int64_t> strides) {
 // that wgmma and ldmatrix read, or fp8 bytes unswizzled (rows that a kernel widens itself before
 // its matrix units read them); false when the driver refuses it or cannot be found.
 template <std::size_t kRank>
-bool encode_swizzled(CUtensorMap& map, DType dtype, const void* data, const std::array<cuuint64_t, kRank>& dims,
+bool encode_tiled(CUtensorMap& map, DType dtype, const void* data, const std::array<cuuint64_t, kRank>& dims,
                      const std::array<cuuint64_t, kRank - 1>& strides, const std::array<cuuint32_t, kRank>& box) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (encode == nullptr) return false;
@@ -64,17 +64,17 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   const DType dtype = kv.dtype;
   const bool fp8 = is_fp8(dtype);
   if (dtype != DType::kBF16 && dtype != DType::kF16 && !(fp8 && !whole_rows)) return false;
-  const std::int64_t kElem = fp8 ? 1 : 2;
+  const std::int64_t elem_bytes = fp8 ? 1 : 2;
   // A swizzled box row is at most the swizzle's 128 bytes; an unswizzled one up to 256 elements.
   const std::int64_t max_row_bytes = fp8 ? 256 : 128;
   if (!t.dim_contiguous(kv.head_dim) || box_slots < 1 || box_slots > 256 || box_slots > kv.page_size ||
-      box_dims * kElem > max_row_bytes || box_dims * kElem % 16 != 0) {
+      box_dims * elem_bytes > max_row_bytes || box_dims * elem_bytes % 16 != 0) {
     return false;
   }
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
   // A dimension of extent 1 is never stepped along: any valid stride will do.
-  const std::int64_t head_bytes = kv.num_kv_heads > 1 ? t.head_stride * kElem : 16;
-  const std::int64_t slot_bytes = t.token_stride * kElem, page_bytes = t.page_stride * kElem;
+  const std::int64_t head_bytes = kv.num_kv_heads > 1 ? t.head_stride * elem_bytes : 16;
+  const std::int64_t slot_bytes = t.token_stride * elem_bytes, page_bytes = t.page_stride * elem_bytes;
   if (!valid_strides({head_bytes, slot_bytes, page_bytes}) || kv.num_pages >= (std::int64_t{1} << 31)) return false;
   if (whole_rows) {
     // (dim % box_dims, slot, dim / box_dims, head, page): the strides need not grow outwards
@@ -84,10 +84,10 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
     const auto blocks = static_cast<cuuint32_t>(kv.head_dim / box_dims);
     const std::array<cuuint64_t, 5> dims = {static_cast<cuuint64_t>(box_dims), static_cast<cuuint64_t>(kv.page_size), blocks,
                                             static_cast<cuuint64_t>(kv.num_kv_heads), static_cast<cuuint64_t>(kv.num_pages)};
-    const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), static_cast<cuuint64_t>(box_dims * kElem),
+    const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), static_cast<cuuint64_t>(box_dims * elem_bytes),
                                                static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(page_bytes)};
     const std::array<cuuint32_t, 5> box = {static_cast<cuuint32_t>(box_dims), static_cast<cuuint32_t>(box_slots), blocks, 1, 1};
-    return encode_swizzled(out.map, dtype, t.data, dims, strides, box);
+    return encode_tiled(out.map, dtype, t.data, dims, strides, box);
   }
   out.head_inner = head_bytes <= slot_bytes;
   const auto heads = static_cast<cuuint64_t>(kv.num_kv_heads), slots = static_cast<cuuint64_t>(kv.page_size);
@@ -99,7 +99,7 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   const auto P = static_cast<cuuint32_t>(box_slots);
   const std::array<cuuint32_t, 4> box = {static_cast<cuuint32_t>(box_dims), out.head_inner ? 1u : P,
                                          out.head_inner ? P : 1u, 1u};
-  return encode_swizzled(out.map, dtype, t.data, dims, strides, box);
+  return encode_tiled(out.map, dtype, t.data, dims, strides, box);
 }
 
 // One of K or V as slot-group page boxes (see KVPageGroupBoxes); mul_g / mul_h: its
@@ -133,7 +133,7 @@ bool encode_page_groups(const detail::KVTensorAccess& t, const detail::KVCacheAc
   const std::array<cuuint64_t, 4> strides = {static_cast<cuuint64_t>(slot_bytes), kBoxDims * kElem,
                                              static_cast<cuuint64_t>(g_stride), static_cast<cuuint64_t>(h_stride)};
   const std::array<cuuint32_t, 5> box = {kBoxDims, kGroupSlots, kDims / kBoxDims, 2, 1};
-  return encode_swizzled(map, kv.dtype, t.data, dims, strides, box);
+  return encode_tiled(map, kv.dtype, t.data, dims, strides, box);
 }
 
 }  // namespace

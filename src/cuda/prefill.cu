@@ -110,7 +110,7 @@ bool use_page_boxes(const detail::AttentionProblem& p, PrefillKernelParams& prm)
   if (P % 8 != 0 || wgmma_shape(p.head_dim, fp8).tile_keys % P != 0) return false;
   if (fp8) {
     KVPageBoxes raw;
-    if (!encode_kv_page_boxes(p.kv, static_cast<int>(prefill_kernel_dims(p.head_dim)), static_cast<int>(P), raw)) return false;
+    if (!encode_kv_page_boxes(p.kv, prefill_kernel_dims(p.head_dim), static_cast<int>(P), raw)) return false;
     prm.k_pages = raw.k;
     prm.v_pages = raw.v;
     prm.tma_head_inner = raw.head_inner;

@@ -23,12 +23,16 @@ struct PrefillSplit {
   std::int64_t out_split_stride = 0, lse_split_stride = 0;
 };
 
+// Both prefill kernels come in head dims 64, 128 and 256: a head_dim runs zero-padded on the
+// smallest of them that holds it.
+inline int prefill_kernel_dims(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
 // How the prefill kernel chosen for a problem on a device cuts the work: the Hopper kernel
 // (wgmma, sm_90a) on compute capability 9.0 for bf16 / f16 caches of q's dtype (any head_dim) whose
 // K and V rows are contiguous dims (NHD, HND) or in vLLM's split layout with pages of a multiple
-// of 8 slots, with 16-byte aligned q rows and every K/V row's offset below 2^32 16-byte units,
-// the mma.sync kernel otherwise (or when the environment variable PAGEDATTN_PREFILL_KERNEL is
-// "mma").
+// of 8 slots, and for fp8 caches of such rows (NHD, HND; bf16 or f16 q), with 16-byte aligned q
+// rows and every K/V row's offset below 2^32 units of 8 elements, the mma.sync kernel otherwise
+// (or when the environment variable PAGEDATTN_PREFILL_KERNEL is "mma").
 struct PrefillGeometry {
   bool hopper = false;
   std::int64_t rows_per_cta = 0;  // packed query rows (query token x group + head)

@@ -7,13 +7,10 @@
 #include <type_traits>
 
 #include "core/problem.h"
+#include "cuda/prefill.h"
 #include "cuda/decode_kernel.cuh"
 
 namespace pagedattn::cuda {
-
-// Both prefill kernels come in head dims 64, 128 and 256: a head_dim runs zero-padded on the
-// smallest of them that holds it.
-inline int prefill_kernel_dims(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 // f(std::integral_constant<int, prefill_kernel_dims(head_dim)>{}).
 template <class F>

@@ -41,7 +41,8 @@ __device__ __forceinline__ float tree_reduce(const Get& get, const Op& op) {
 
 // fp8 caches: one consumer's q chunks (kLoads 16-byte chunks of bf16 or f16 per thread, 64 rows
 // per warpgroup), rewritten in place as f16 divided by the power of two that keeps the
-// warpgroup's largest |q| below 2^15 (as the mma.sync kernel does per warp); returns that power.
+// warpgroup's largest |q| below 2^15 (f16_range_shift, as the mma.sync kernel does per warp);
+// returns that power.
 // s_max: the warpgroup's maximum in shared memory (zero at the start), `barrier` its named barrier.
 template <int kLoads>
 __device__ __forceinline__ float q_into_f16_range(uint4 (&qv)[kLoads], bool bf16, unsigned* s_max, int barrier) {
@@ -59,9 +60,7 @@ __device__ __forceinline__ float q_into_f16_range(uint4 (&qv)[kLoads], bool bf16
   for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
   if ((threadIdx.x & 31) == 0) atomicMax(s_max, __float_as_uint(amax));  // non-negative floats order as their bits
   sm90::named_barrier(barrier, 128);
-  int e = 0;
-  frexpf(__uint_as_float(*s_max), &e);  // max |q| < 2^e
-  const int shift = max(0, e - 15);
+  const int shift = f16_range_shift(__uint_as_float(*s_max));
   const float down = ldexpf(1.0f, -shift);
 #pragma unroll
   for (int k = 0; k < kLoads; ++k) {
@@ -196,6 +195,17 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
       return prm.tma_pages && ts >= t_begin && ts + kKeys <= t_end;
     };
+    // A tile's rows, looked up a tile ahead (none for a TMA tile).
+    auto find_rows = [&](int j) { return by_tma(j) ? make_uint2(kOutside, kOutside) : find_row(j); };
+    // Warp 0's lane i issues box i of a TMA tile, its page id looked up a tile ahead: boxes of
+    // whole pages (page-major tiles, fp8's raw rows) or of 64 dims (kHalves per page).
+    constexpr int kBoxesPerPage = kPageMajor || kFp8 ? 1 : kHalves;
+    const int boxes = kBoxesPerPage * pages_per_tile;
+    auto find_page = [&](int j) {
+      if (warp != 0 || lane >= boxes || j >= n_tiles || !by_tma(j)) return 0;
+      const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
+      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + lane / kBoxesPerPage));
+    };
     const int c_head1 = prm.tma_head_inner ? kv_head : 0, c_head2 = prm.tma_head_inner ? 0 : kv_head;
     if constexpr (kFp8) {
       // fp8: kRowLanes lanes per row (16-byte chunks of kD one-byte elements), kPassRows rows
@@ -222,13 +232,6 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       const KV* v8 = reinterpret_cast<const KV*>(va.data) + va.offset(0, kv_head, 0, c8 * 16);
       const int my_row0 = warp * kWarpRows + rp;  // + kPassRows * pass
       unsigned char* raw0 = s_raw + my_row0 * kD + c8 * 16;
-      // Warp 0's lane i finds page i of a TMA tile, a tile ahead.
-      auto find_raw_page = [&](int j) {
-        if (warp != 0 || lane >= pages_per_tile || j >= n_tiles || !by_tma(j)) return 0;
-        const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
-        return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + lane));
-      };
-      auto find_rows = [&](int j) { return by_tma(j) ? make_uint2(kOutside, kOutside) : find_row(j); };
       auto issue_raw = [&](int j, uint2 rows, int page) {
         const int rs = j % kRaw;
         if (j < n_tiles && by_tma(j)) {
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
               sm90::mbarrier_arrive(&raw_full[rs], 127);
             }
             __syncwarp();  // lane 0's expect_tx comes before any box lands
-            if (lane < pages_per_tile) {
+            if (lane < boxes) {
               const std::uint32_t dst = sm90::smem_address(s_raw + rs * 2 * kRawTile + lane * static_cast<int>(P) * kD);
               sm90::tma_load_4d(dst, &prm.k_pages, 0, c_head1, c_head2, page, &raw_full[rs]);
               sm90::tma_load_4d(dst + kRawTile, &prm.v_pages, 0, c_head1, c_head2, page, &raw_full[rs]);
@@ -279,12 +282,12 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         sm90::mbarrier_arrive(full);
       };
       uint2 next_rows = find_rows(0);
-      int next_page = find_raw_page(0);
+      int next_page = find_page(0);
 #pragma unroll
       for (int j = 0; j < kRaw; ++j) {
         issue_raw(j, next_rows, next_page);
         next_rows = find_rows(j + 1);
-        next_page = find_raw_page(j + 1);
+        next_page = find_page(j + 1);
       }
       for (int j = 0; j < n_tiles; ++j) {
         const int stage = j % kStages;
@@ -298,7 +301,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         sm90::mbarrier_arrive(&raw_empty[j % kRaw]);  // done with the raw stage (a TMA tile may land there)
         issue_raw(j + kRaw, next_rows, next_page);
         next_rows = find_rows(j + kRaw + 1);
-        next_page = find_raw_page(j + kRaw + 1);
+        next_page = find_page(j + kRaw + 1);
       }
       cp_async_wait<0>();
       return;
@@ -371,15 +374,8 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
     };
     // A TMA tile: warp 0 copies each page of K and V as kHalves TMA boxes (64 dims x page_size
     // slots), thread 0 expects their bytes on the full barriers, the other threads only arrive.
-    // Warp 0's lane i issues box i of a TMA tile (its page id looked up a tile ahead, as the
-    // rows): page i, both halves, in a page-major tile; else page i / kHalves, dims
+    // Lane i's box: page i, both halves, in a page-major tile; else page i / kHalves, dims
     // 64 * (i % kHalves).
-    const int boxes = kPageMajor ? pages_per_tile : kHalves * pages_per_tile;
-    auto find_page = [&](int j) {
-      if (warp != 0 || lane >= boxes || j >= n_tiles || !by_tma(j)) return 0;
-      const std::int64_t ts = t_lo + static_cast<std::int64_t>(j) * kKeys;
-      return static_cast<int>(pages.page(prm.page_div.div(static_cast<std::uint32_t>(ts)) + (kPageMajor ? lane : lane / kHalves)));
-    };
     const std::uint32_t box_offset =
         kPageMajor ? lane * Shape::kPageMajorBytes : (lane % kHalves) * kKeys * 128 + (lane / kHalves) * P * 128;
     auto load_pages = [&](std::uint32_t tile, const CUtensorMap* map, std::uint64_t* full, int page) {
@@ -389,7 +385,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
       }
       else sm90::tma_load_4d(tile + box_offset, map, 64 * (lane % kHalves), c_head1, c_head2, page, full);
     };
-    uint2 next = by_tma(0) ? make_uint2(kOutside, kOutside) : find_row(0);
+    uint2 next = find_rows(0);
     int next_pages = find_page(0);
     VtGroup next_vg{0, 0};
     if constexpr (kVT) next_vg = find_vgroup(0);
@@ -423,7 +419,7 @@ __global__ void __launch_bounds__(WgmmaPrefillShape::kThreads, 1)
         else copy_tile(v_tile, v_base, std::true_type{});
         sm90::mbarrier_arrive_on_copies(&full_v[stage]);
       }
-      next = by_tma(j + 1) ? make_uint2(kOutside, kOutside) : find_row(j + 1);
+      next = find_rows(j + 1);
       next_pages = find_page(j + 1);
       if constexpr (kVT) next_vg = find_vgroup(j + 1);
     }

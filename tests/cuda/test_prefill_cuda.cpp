@@ -383,8 +383,7 @@ TEST(CudaPrefillKernelChoice, Fp8RawPageBoxesEncode) {
           t->head_stride = layout == KVLayout::kNHD ? d : P * d;
         }
         cuda::KVPageBoxes boxes;
-        const int box_dims = d <= 64 ? 64 : d <= 128 ? 128 : 256;
-        EXPECT_TRUE(cuda::encode_kv_page_boxes(kv, box_dims, static_cast<int>(P), boxes))
+        EXPECT_TRUE(cuda::encode_kv_page_boxes(kv, cuda::prefill_kernel_dims(d), static_cast<int>(P), boxes))
             << to_string(layout) << " head_dim " << d << " page " << P;
       }
     }
