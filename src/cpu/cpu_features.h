@@ -14,6 +14,22 @@ bool amx_bf16_supported();
 // amx_bf16_supported(), unless the environment variable PAGEDATTN_CPU_AMX is "0".
 bool amx_tiles_enabled();
 
+// Instructions per nanosecond that one core issues of 512-bit VDPBF16PS and of 512-bit f32
+// FMAs, each over 16 independent accumulators, measured once per process (zeros without
+// AVX512-BF16); defined in product_rates.cpp.
+struct ProductRates {
+  double fma_per_ns = 0.0, bf16_dot_per_ns = 0.0;
+};
+ProductRates bf16_product_rates();
+
+// The bf16 decode's token-major units take f32 FMAs on converted rows instead of VDPBF16PS
+// where FMAs issue at least this many times as fast: an FMA does half a VDPBF16PS's
+// multiply-adds, and the conversions add a quarter more (docs/perf-notes.md: 3-4.6x on the
+// Intel Xeon VMs measured, where the FMA path was 7-11% faster end to end).
+inline constexpr double kFmaOverBf16Dots = 2.5;
+// That choice, unless PAGEDATTN_CPU_DECODE_FMA is "0" or "1".
+bool decode_bf16_on_fmas();
+
 // Bytes of the last-level data cache as the C library reports it (32 MiB where it reports
 // nothing); defined in cpu_info.cpp.
 std::int64_t last_level_cache_bytes();

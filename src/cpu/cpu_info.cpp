@@ -15,6 +15,8 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_features.h"
 #include "pagedattn/system_info.h"
@@ -52,7 +54,12 @@ std::vector<std::string> cpu_compiled_simd_targets() {
 
 std::string cpu_bf16_products() {
   if (!cpu::bf16_dot_supported()) return "none";
-  return cpu::amx_tiles_enabled() ? "amx-bf16 (prefill) + avx512-bf16" : "avx512-bf16";
+  const cpu::ProductRates r = cpu::bf16_product_rates();
+  char rates[96];
+  std::snprintf(rates, sizeof(rates), "VDPBF16PS %.2f/ns, FMA %.2f/ns", r.bf16_dot_per_ns, r.fma_per_ns);
+  const std::string prefill = cpu::amx_tiles_enabled() ? "amx-bf16" : "avx512-bf16";
+  const std::string decode = cpu::decode_bf16_on_fmas() ? "f32 FMAs" : "avx512-bf16";
+  return "prefill " + prefill + ", decode " + decode + " (" + rates + ")";
 }
 
 int cpu_hardware_threads() { return omp_get_num_procs(); }

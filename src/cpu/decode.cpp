@@ -352,6 +352,9 @@ struct DecodeKernel {
   // The f32 units copy each unit's V rows head-major during its logits (UnitVCopy): worth it
   // when the KV streams from DRAM, ~8% of compute where it stays in cache.
   bool copy_v = false;
+  // Token-major bf16 units on f32 FMAs instead of VDPBF16PS (bf16_decode_logits_heads_fma):
+  // q and the accumulators in the units' pair order, f32 weights.
+  bool fma = false;
   // Gathered layouts whose V dims are strided (vLLM: V pages [dim][token]): V is gathered
   // dim-major into sc.v_tile [D][kBlock] and accumulated by block_accumulate_dim_major.
   bool v_dim_major() const { return !kDirect && p.kv.v.elem_stride != 1; }
@@ -476,7 +479,11 @@ struct DecodeKernel {
       for (std::int64_t g = 0; g < G; ++g) {
         const std::byte* qrow =
             qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
-        if (bf16) {  // raw bf16, zero padded; the scale is applied to the logits
+        if (bf16 && fma) {  // f32, scaled, in pair order
+          float* qf = sc.q.get() + (hi * G + g) * D;
+          load_scaled_row(qrow, qo.q_dtype, D, q_scale, qf);
+          permute_dim_pairs(qf, D);
+        } else if (bf16) {  // raw bf16, zero padded; the scale is applied to the logits
           std::uint16_t* q16 = sc.q16.get() + (hi * G + g) * Dp;
           std::fill_n(q16, Dp, std::uint16_t{0});
           std::memcpy(q16, qrow, static_cast<std::size_t>(D) * sizeof(std::uint16_t));
@@ -499,7 +506,10 @@ struct DecodeKernel {
         attend_keys(it, sc);
       }
     }
-    if (bf16) {
+    if (bf16 && fma) {  // Dp == D here
+      std::copy_n(sc.acc16.get(), heads * G * D, sc.acc.get());
+      for (std::int64_t i = 0; i < heads * G; ++i) unpermute_dim_pairs(sc.acc.get() + i * D, D);
+    } else if (bf16) {
       for (std::int64_t i = 0; i < heads * G; ++i) {
         bf16_unpermute_acc(sc.acc16.get() + i * Dp, D, sc.acc.get() + i * D);
       }
@@ -562,7 +572,10 @@ struct DecodeKernel {
       // Logits. bf16: each quad's K rows pulled into L1 a quad ahead, then head 0's V rows into
       // L1 (and each next head's before its p.v); the f32 units leave the current unit's rows to
       // the next-unit prefetches and the hardware (the just-in-time ones measured 2% slower).
-      if (bf16) {
+      if (bf16 && fma) {
+        bf16_decode_logits_heads_fma(sc.q.get(), D, heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row, span);
+        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
+      } else if (bf16) {
         bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
                                  ahead ? next_k : nullptr, s, row, span);
         for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
@@ -571,7 +584,7 @@ struct DecodeKernel {
                            copy_v ? UnitVCopy{vh_bytes, kUnit, sc.v_unit.get()} : UnitVCopy{});
       }
       softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc);
-      if (bf16) bf16_pack_pairs(s, row, n, row, w);
+      if (bf16 && !fma) bf16_pack_pairs(s, row, n, row, w);
       head_rows.n = n;
       for (std::int64_t hi = 0; hi < heads; ++hi) {
         for (std::int64_t j = 0; j < n; ++j) {
@@ -583,7 +596,10 @@ struct DecodeKernel {
         if (ahead) {
           for (std::int64_t j = 0; j <= kUnit; ++j) pf_v[j] = next_v[j] + hi * vh_bytes;
         }
-        if (bf16) {
+        if (bf16 && fma) {
+          bf16_decode_accumulate_fma(sc.acc16.get() + hi * G * Dp, G, D, head_rows, s + hi * G, 1, row,
+                                     ahead ? pf_v : nullptr);
+        } else if (bf16) {
           bf16_decode_accumulate_pairs(sc.acc16.get() + hi * G * Dp, G, D, head_rows, w + hi * G, 1,
                                        row, nullptr, ahead ? pf_v : nullptr);
         } else {
@@ -732,7 +748,10 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
     // bf16 weights for p.v are inside the bf16 output tolerance only.
     if (direct && p.qo.q_dtype == DType::kBF16 && p.qo.out_dtype == DType::kBF16 &&
         bf16_dot_supported()) {
-      DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D)}.run(plan, part, threads);
+      // f32 FMAs on the token-major units (whole 32-dim pair blocks) where this core issues
+      // them well ahead of VDPBF16PS (decode_bf16_on_fmas).
+      const bool fma = H > 1 && D % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
+      DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, fma}.run(plan, part, threads);
       return;
     }
   }

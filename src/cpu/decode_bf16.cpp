@@ -4,6 +4,8 @@
 
 #include "cpu/bf16_dot.h"
 
+#include <type_traits>
+
 namespace pagedattn::cpu {
 
 namespace {
@@ -67,6 +69,39 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad(
   }
 }
 
+// The even and odd dims of a chunk of 32 bf16 as two vectors of f32: lane i of the first is
+// dim 2i (the pair's low half shifted up), of the second dim 2i + 1 (the high half, masked).
+PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void split_pairs(__m512i x, __m512& even, __m512& odd) {
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// dot_quad on f32 FMAs: q rows are f32 in pair order (each chunk's 16 even dims, then its 16 odd
+// dims), the K chunks split into the same order; twice the instructions of VDPBF16PS for the
+// same products, which pays where VDPBF16PS issues at under half the FMA rate (decode_bf16.h).
+template <int kG>
+PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad_fma(
+    const float* q, std::int64_t q_stride, std::int64_t D, const std::byte* const* k,
+    __m512 (&a)[4][kG]) {
+  constexpr int kTok = 4;
+  #pragma GCC unroll 16
+  for (int t = 0; t < kTok; ++t) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
+  }
+  for (std::int64_t c = 0; c < D; c += kChunk) {
+    __m512 e[kTok], o[kTok];
+    #pragma GCC unroll 16
+    for (int t = 0; t < kTok; ++t) split_pairs(load_chunk(k[t], c, ~__mmask32{0}), e[t], o[t]);
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      const __m512 qe = _mm512_load_ps(q + g * q_stride + c), qo = _mm512_load_ps(q + g * q_stride + c + kLanes);
+      #pragma GCC unroll 16
+      for (int t = 0; t < kTok; ++t) a[t][g] = _mm512_fmadd_ps(o[t], qo, _mm512_fmadd_ps(e[t], qe, a[t][g]));
+    }
+  }
+}
+
 // Logits of kG query heads, four keys at a time: each q chunk (from L1) feeds four dot
 // products; a missing fourth key repeats the last row and its sum is not stored.
 template <int kG>
@@ -106,13 +141,15 @@ PAGEDATTN_BF16_TARGET void logits_tile(const std::uint16_t* q, std::int64_t q_st
 
 // Logits of kG query heads (rows q[g * q_stride]) for the four token rows k[0..3] of one KV
 // head, stored token-major: s[t * s_row + g] for the first `ntok` tokens t.
-template <int kG>
+// Q: std::uint16_t (bf16 q, VDPBF16PS) or float (pair-ordered f32 q, FMAs).
+template <int kG, class Q>
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void logits_quad(
-    const std::uint16_t* q, std::int64_t q_stride, std::int64_t D, __m128 vscale,
+    const Q* q, std::int64_t q_stride, std::int64_t D, __m128 vscale,
     const std::byte* const* k, std::int64_t ntok, float* s, std::int64_t s_row) {
   constexpr int kTok = 4;
   __m512 a[kTok][kG];
-  dot_quad<kG>(q, q_stride, D, k, a);
+  if constexpr (std::is_same_v<Q, float>) dot_quad_fma<kG>(q, q_stride, D, k, a);
+  else dot_quad<kG>(q, q_stride, D, k, a);
   if constexpr (kG == 4) {
     // One transposing reduction per token gives its four heads' logits.
     #pragma GCC unroll 16
@@ -199,6 +236,52 @@ PAGEDATTN_BF16_TARGET void accumulate_tile(float* acc, std::int64_t acc_stride, 
   }
 }
 
+// accumulate_tile on f32 FMAs, one key per step: acc chunks in pair order (16 even dims, then
+// 16 odd ones), the f32 weights w[j * w_j + g * w_g] (not rounded to bf16), V chunks split into
+// the same order. The next unit's V rows are prefetched as by accumulate_tile (kC chunks a key).
+template <int kG, int kC>
+PAGEDATTN_BF16_TARGET void accumulate_tile_fma(float* acc, std::int64_t acc_stride, std::int64_t c0,
+                                               const BlockRows& rows, const float* w, std::int64_t w_g,
+                                               std::int64_t w_j, const std::byte* const* pf_v) {
+  __m512 a[kC][kG][2];
+  #pragma GCC unroll 16
+  for (int k = 0; k < kC; ++k) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      #pragma GCC unroll 16
+      for (int h = 0; h < 2; ++h) a[k][g][h] = _mm512_loadu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes);
+    }
+  }
+  const std::int64_t n = rows.n;
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (pf_v != nullptr) {
+      #pragma GCC unroll 16
+      for (int k = 0; k < kC; ++k) __builtin_prefetch(pf_v[j] + (c0 + k * kChunk) * 2, 0, kAheadLocality);
+    }
+    __m512 e[kC], o[kC];
+    #pragma GCC unroll 16
+    for (int k = 0; k < kC; ++k) split_pairs(load_chunk(rows.v[j], c0 + k * kChunk, ~__mmask32{0}), e[k], o[k]);
+    const float* wj = w + j * w_j;
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      const __m512 wv = _mm512_set1_ps(wj[g * w_g]);
+      #pragma GCC unroll 16
+      for (int k = 0; k < kC; ++k) {
+        a[k][g][0] = _mm512_fmadd_ps(e[k], wv, a[k][g][0]);
+        a[k][g][1] = _mm512_fmadd_ps(o[k], wv, a[k][g][1]);
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int k = 0; k < kC; ++k) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      #pragma GCC unroll 16
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes, a[k][g][h]);
+    }
+  }
+}
+
 // All chunks of kG heads: the widest chunk tiles first (about 16 accumulators), then narrower.
 template <int kG>
 PAGEDATTN_BF16_TARGET void accumulate_heads(float* acc, std::int64_t acc_stride, std::int64_t D,
@@ -239,14 +322,14 @@ PAGEDATTN_BF16_TARGET void bf16_decode_logits(const std::uint16_t* q, std::int64
   });
 }
 
-PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads(const std::uint16_t* q, std::int64_t q_stride,
-                                                    std::int64_t heads, std::int64_t group,
-                                                    std::int64_t head_dim, float scale,
-                                                    const BlockRows& rows,
-                                                    std::int64_t k_head_bytes,
-                                                    const std::byte* const* next_k,
-                                                    float* s, std::int64_t s_row,
-                                                    std::int64_t jit_bytes) {
+namespace {
+
+template <class Q>
+PAGEDATTN_BF16_TARGET void logits_heads(const Q* q, std::int64_t q_stride, std::int64_t heads,
+                                        std::int64_t group, std::int64_t head_dim, float scale,
+                                        const BlockRows& rows, std::int64_t k_head_bytes,
+                                        const std::byte* const* next_k, float* s,
+                                        std::int64_t s_row, std::int64_t jit_bytes) {
   constexpr int kTok = 4;
   const std::int64_t n = rows.n, G = group, D = head_dim;
   const __m128 vscale = _mm_set1_ps(scale);
@@ -271,7 +354,7 @@ PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads(const std::uint16_t* q, std:
           for (std::int64_t off = 0; off < D * 2; off += 64) __builtin_prefetch(next_k[j + t] + h * k_head_bytes + off, 0, kAheadLocality);
         }
       }
-      const std::uint16_t* qh = q + h * G * q_stride;
+      const Q* qh = q + h * G * q_stride;
       float* sh = s + j * s_row + h * G;
       std::int64_t g0 = 0;
       for (; g0 + 4 <= G; g0 += 4) {
@@ -284,6 +367,46 @@ PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads(const std::uint16_t* q, std:
       if (g0 < G) logits_quad<1>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
     }
   }
+}
+
+}  // namespace
+
+PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads(const std::uint16_t* q, std::int64_t q_stride,
+                                                    std::int64_t heads, std::int64_t group,
+                                                    std::int64_t head_dim, float scale,
+                                                    const BlockRows& rows,
+                                                    std::int64_t k_head_bytes,
+                                                    const std::byte* const* next_k,
+                                                    float* s, std::int64_t s_row,
+                                                    std::int64_t jit_bytes) {
+  logits_heads(q, q_stride, heads, group, head_dim, scale, rows, k_head_bytes, next_k, s, s_row, jit_bytes);
+}
+
+PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads_fma(const float* q, std::int64_t q_stride,
+                                                        std::int64_t heads, std::int64_t group,
+                                                        std::int64_t head_dim, const BlockRows& rows,
+                                                        std::int64_t k_head_bytes,
+                                                        const std::byte* const* next_k,
+                                                        float* s, std::int64_t s_row,
+                                                        std::int64_t jit_bytes) {
+  logits_heads(q, q_stride, heads, group, head_dim, 1.0f, rows, k_head_bytes, next_k, s, s_row, jit_bytes);
+}
+
+PAGEDATTN_BF16_TARGET void bf16_decode_accumulate_fma(float* acc, std::int64_t group, std::int64_t head_dim,
+                                                      const BlockRows& rows, const float* w,
+                                                      std::int64_t w_g, std::int64_t w_j,
+                                                      const std::byte* const* pf_v) {
+  // Groups in tiles of 4, 2 and 1 heads, chunks two at a time (16 accumulators at 4 heads).
+  for_group_tiles(group, [&]<int kG>(std::int64_t g0) {
+    constexpr int kC = kG >= 4 ? 2 : 4 / kG;
+    std::int64_t c = 0;
+    for (; c + kC * kChunk <= head_dim; c += kC * kChunk) {
+      accumulate_tile_fma<kG, kC>(acc + g0 * head_dim, head_dim, c, rows, w + g0 * w_g, w_g, w_j, g0 == 0 ? pf_v : nullptr);
+    }
+    for (; c < head_dim; c += kChunk) {
+      accumulate_tile_fma<kG, 1>(acc + g0 * head_dim, head_dim, c, rows, w + g0 * w_g, w_g, w_j, g0 == 0 ? pf_v : nullptr);
+    }
+  });
 }
 
 PAGEDATTN_BF16_TARGET void bf16_decode_accumulate(float* acc, std::int64_t group,

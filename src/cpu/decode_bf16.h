@@ -40,6 +40,21 @@ void bf16_decode_logits_heads(const std::uint16_t* q, std::int64_t q_stride, std
                               const std::byte* const* next_k, float* s,
                               std::int64_t s_row, std::int64_t jit_bytes);
 
+// bf16_decode_logits_heads on f32 FMAs (VDPBF16PS issues at under half the FMA rate on some
+// cores: docs/perf-notes.md): q is f32 [heads][group][q_stride], already scaled, each 32-dim
+// chunk in pair order (its 16 even dims, then its 16 odd ones); head_dim a multiple of 32.
+void bf16_decode_logits_heads_fma(const float* q, std::int64_t q_stride, std::int64_t heads,
+                                  std::int64_t group, std::int64_t head_dim, const BlockRows& rows,
+                                  std::int64_t k_head_bytes, const std::byte* const* next_k,
+                                  float* s, std::int64_t s_row, std::int64_t jit_bytes);
+
+// acc[g] += sum_j w[j * w_j + g * w_g] * v[j] for g < group, j < rows.n on f32 FMAs, acc
+// [group][head_dim] in the pair order above (head_dim a multiple of 32), f32 weights. pf_v (if
+// any): the next unit's V rows of this head, prefetched along as by the pairs kernel.
+void bf16_decode_accumulate_fma(float* acc, std::int64_t group, std::int64_t head_dim,
+                                const BlockRows& rows, const float* w, std::int64_t w_g,
+                                std::int64_t w_j, const std::byte* const* pf_v);
+
 // w[(j / 2) * width + i] = bf16(e[j * row + i]) | bf16(e[(j + 1) * row + i]) << 16 for even
 // j < n and i < width (a multiple of 16); the partner of an odd n's last token is zero.
 void bf16_pack_pairs(const float* e, std::int64_t row, std::int64_t n, std::int64_t width,
