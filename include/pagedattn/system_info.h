@@ -24,9 +24,10 @@ std::string cuda_unavailable_reason();
 // target compiled in.
 std::string cpu_simd_target();
 std::vector<std::string> cpu_compiled_simd_targets();
-// The bf16 products the CPU kernels use for bf16 q and KV, e.g. "prefill amx-bf16, decode f32
-// FMAs (VDPBF16PS 0.96/ns, FMA 2.98/ns)" (the decode takes whichever this core issues faster
-// per multiply-add, measured once per process), or "none" (f32 products throughout).
+// The bf16 products the CPU kernels use for bf16 q and KV, e.g. "prefill amx-bf16, decode
+// amx-bf16 logits + f32 FMAs (VDPBF16PS 0.96/ns, FMA 2.98/ns)" (the decode takes VDPBF16PS or
+// f32 FMAs, whichever this core issues faster per multiply-add, measured once per process), or
+// "none" (f32 products throughout).
 std::string cpu_bf16_products();
 int cpu_hardware_threads();
 // Bytes of the CPU's last-level data cache as the C library reports it (32 MiB where it reports

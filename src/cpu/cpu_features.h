@@ -13,6 +13,9 @@ bool bf16_dot_supported();
 bool amx_bf16_supported();
 // amx_bf16_supported(), unless the environment variable PAGEDATTN_CPU_AMX is "0".
 bool amx_tiles_enabled();
+// Releases this thread's tile configuration (loaded by amx_tiles_begin or
+// amx_decode_tiles_begin); defined in prefill_amx.cpp.
+void amx_tiles_end();
 
 // Instructions per nanosecond that one core issues of 512-bit VDPBF16PS and of 512-bit f32
 // FMAs, each over 16 independent accumulators, measured once per process (zeros without

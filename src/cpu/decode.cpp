@@ -32,6 +32,7 @@
 
 #include "core/env_switch.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/decode_amx.h"
 #include "cpu/decode_bf16.h"
 #include "cpu/decode_output.h"
 #include "cpu/decode_plan.h"
@@ -84,6 +85,16 @@ constexpr int kLogitTile = 4;
 #endif
 // Floats per token of a unit's token-major logits: all query heads, padded to 16 lanes for the
 // bf16 kernels' pairing, else to whole f32 vectors.
+// True when a unit's n rows are kUnit rows evenly spaced (one tile load reads them all).
+inline bool evenly_spaced(const std::byte* const* rows, std::int64_t n) {
+  if (n != kUnit) return false;
+  const std::ptrdiff_t stride = rows[1] - rows[0];
+  for (std::int64_t j = 2; j < n; ++j) {
+    if (rows[j] - rows[j - 1] != stride) return false;
+  }
+  return true;
+}
+
 inline std::int64_t unit_row(std::int64_t query_heads, bool bf16) {
   const std::int64_t lanes = bf16 ? 16 : static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<float>()));
   return (query_heads + lanes - 1) / lanes * lanes;
@@ -355,6 +366,9 @@ struct DecodeKernel {
   // Token-major bf16 units on f32 FMAs instead of VDPBF16PS (bf16_decode_logits_heads_fma):
   // q and the accumulators in the units' pair order, f32 weights.
   bool fma = false;
+  // With fma: the logits of whole 16-token units of evenly spaced rows on AMX tiles
+  // (amx_decode_logits_unit; q as dim pairs in sc.q16), the rest on FMAs.
+  bool amx = false;
   // Gathered layouts whose V dims are strided (vLLM: V pages [dim][token]): V is gathered
   // dim-major into sc.v_tile [D][kBlock] and accumulated by block_accumulate_dim_major.
   bool v_dim_major() const { return !kDirect && p.kv.v.elem_stride != 1; }
@@ -483,6 +497,14 @@ struct DecodeKernel {
           float* qf = sc.q.get() + (hi * G + g) * D;
           load_scaled_row(qrow, qo.q_dtype, D, q_scale, qf);
           permute_dim_pairs(qf, D);
+          if (amx) {  // and raw, as dim pairs: [head][dim pair][group] (D == Dp)
+            auto* pairs = reinterpret_cast<std::uint32_t*>(sc.q16.get()) + hi * (D / 2) * G + g;
+            std::uint32_t pair = 0;
+            for (std::int64_t r = 0; r < D / 2; ++r) {
+              std::memcpy(&pair, qrow + r * 4, sizeof(pair));
+              pairs[r * G] = pair;
+            }
+          }
         } else if (bf16) {  // raw bf16, zero padded; the scale is applied to the logits
           std::uint16_t* q16 = sc.q16.get() + (hi * G + g) * Dp;
           std::fill_n(q16, Dp, std::uint16_t{0});
@@ -572,7 +594,13 @@ struct DecodeKernel {
       // Logits. bf16: each quad's K rows pulled into L1 a quad ahead, then head 0's V rows into
       // L1 (and each next head's before its p.v); the f32 units leave the current unit's rows to
       // the next-unit prefetches and the hardware (the just-in-time ones measured 2% slower).
-      if (bf16 && fma) {
+      float logit_scale = 1.0f;  // the AMX logits come unscaled
+      if (bf16 && fma && amx && evenly_spaced(r.k, n)) {
+        amx_decode_logits_unit(reinterpret_cast<const std::uint32_t*>(sc.q16.get()), heads, G, D, r.k[0],
+                               r.k[1] - r.k[0], kh_bytes, ahead ? next_k : nullptr, s, row);
+        logit_scale = p.variant.scale;
+        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
+      } else if (bf16 && fma) {
         bf16_decode_logits_heads_fma(sc.q.get(), D, heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row, span);
         for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
       } else if (bf16) {
@@ -583,7 +611,7 @@ struct DecodeKernel {
         unit_logits<kRowT>(sc.q.get(), heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row,
                            copy_v ? UnitVCopy{vh_bytes, kUnit, sc.v_unit.get()} : UnitVCopy{});
       }
-      softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc);
+      softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc, logit_scale);
       if (bf16 && !fma) bf16_pack_pairs(s, row, n, row, w);
       head_rows.n = n;
       for (std::int64_t hi = 0; hi < heads; ++hi) {
@@ -615,7 +643,8 @@ struct DecodeKernel {
   // s becomes exp(s - m'), l and the accumulators (sc.acc16 rows for bf16, else sc.acc) rescaled
   // by exp(m - m').
   void softmax_unit(std::int64_t qh0, std::int64_t HG, std::int64_t pos0, std::int64_t query_pos,
-                    std::int64_t n, std::int64_t row, float* HWY_RESTRICT s, Scratch& sc) const {
+                    std::int64_t n, std::int64_t row, float* HWY_RESTRICT s, Scratch& sc,
+                    float logit_scale) const {
     const hn::ScalableTag<float> df;
     const auto N = static_cast<std::int64_t>(hn::Lanes(df));
     const float cap = p.variant.soft_cap;
@@ -631,6 +660,7 @@ struct DecodeKernel {
       auto mx = neg_inf;
       for (std::int64_t j = 0; j < n; ++j) {
         auto x = hn::Load(df, s + j * row + i0);
+        if (logit_scale != 1.0f) x = hn::Mul(x, hn::Set(df, logit_scale));
         if (cap > 0.0f) x = hn::Mul(hn::Set(df, cap), hn::Tanh(df, hn::Mul(x, hn::Set(df, 1.0f / cap))));
         if (slopes) x = hn::MulAdd(slope, hn::Set(df, static_cast<float>(pos0 + j - query_pos)), x);
         hn::Store(x, df, s + j * row + i0);
@@ -724,6 +754,7 @@ struct DecodeKernel {
 #pragma omp parallel num_threads(num_threads)
     {
       Scratch sc(heads, G, D, !kDirect, bf16, token_major(), copy_v, D * kElem);
+      if (amx) amx_decode_tiles_begin(G);
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t i = 0; i < num_items; ++i) {
         const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
@@ -736,6 +767,7 @@ struct DecodeKernel {
       for (std::int64_t i = 0; i < num_merges; ++i) {
         decode_merge(p, plan.merges[static_cast<std::size_t>(i)], heads, part, sc.acc.get());
       }
+      if (amx) amx_tiles_end();
     }
   }
 };
@@ -751,7 +783,10 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
       // f32 FMAs on the token-major units (whole 32-dim pair blocks) where this core issues
       // them well ahead of VDPBF16PS (decode_bf16_on_fmas).
       const bool fma = H > 1 && D % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
-      DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, fma}.run(plan, part, threads);
+      // and their logits on AMX tiles where the process has them (PAGEDATTN_CPU_DECODE_AMX=0:
+      // FMAs throughout).
+      const bool amx = fma && G <= 16 && amx_tiles_enabled() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_AMX");
+      DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, fma, amx}.run(plan, part, threads);
       return;
     }
   }

@@ -22,10 +22,9 @@
 #include <type_traits>
 
 #include "core/env_switch.h"
+#include "cpu/amx_tiles.h"
 #include "cpu/cpu_features.h"
 #include "cpu/prefill_tile.h"
-
-#define PAGEDATTN_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f")))
 
 namespace pagedattn::cpu {
 
@@ -46,16 +45,7 @@ bool cpu_has_amx_bf16() {
   return amx_bf16 && amx_tile;
 }
 
-// LDTILECFG's 64-byte operand: palette 1, all eight tiles 16 rows of 64 bytes (16 f32, 32 bf16
-// or 16 bf16 pairs).
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
+// All eight tiles 16 rows of 64 bytes (16 f32, 32 bf16 or 16 bf16 pairs).
 TileConfig make_config() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {

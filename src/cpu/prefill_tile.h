@@ -95,9 +95,8 @@ void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys, std::int64_
 // ---- AMX tiles (prefill_amx.cpp); call only when amx_tiles_enabled() ----
 
 // The tile configuration amx_scores and amx_accumulate run under: load it on a thread before
-// them, release it after (a tile's blocks share one).
+// them, release it after (amx_tiles_end, cpu_features.h; a tile's blocks share one).
 void amx_tiles_begin();
-void amx_tiles_end();
 
 // bf16_scores on AMX tiles, for head_dim a multiple of 32 and rows a multiple of 16 up to
 // kTileRows; key_block: [kBlockKeys][head_dim] scratch for the key rows.
