@@ -43,32 +43,6 @@ PAGEDATTN_BF16_TARGET inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// a[t][g] = lane-wise partial sums of the dot product of query head g (row q[g * q_stride])
-// with key row k[t], for four key rows: each q chunk (from L1) feeds four dot products.
-template <int kG>
-PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad(
-    const std::uint16_t* q, std::int64_t q_stride, std::int64_t D, const std::byte* const* k,
-    __m512 (&a)[4][kG]) {
-  constexpr int kTok = 4;
-  #pragma GCC unroll 16
-  for (int t = 0; t < kTok; ++t) {
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
-  }
-  for (std::int64_t c = 0; c < D; c += kChunk) {
-    __m512i x[kTok];
-    const __mmask32 m = chunk_mask(c, D);
-    #pragma GCC unroll 16
-    for (int t = 0; t < kTok; ++t) x[t] = load_chunk(k[t], c, m);
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      const __m512i qv = _mm512_load_si512(q + g * q_stride + c);
-      #pragma GCC unroll 16
-      for (int t = 0; t < kTok; ++t) a[t][g] = dot_pairs(a[t][g], qv, x[t]);
-    }
-  }
-}
-
 // The even and odd dims of a chunk of 32 bf16 as two vectors of f32: lane i of the first is
 // dim 2i (the pair's low half shifted up), of the second dim 2i + 1 (the high half, masked).
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void split_pairs(__m512i x, __m512& even, __m512& odd) {
@@ -76,12 +50,15 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void split_pairs(__m
   odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
-// dot_quad on f32 FMAs: q rows are f32 in pair order (each chunk's 16 even dims, then its 16 odd
-// dims), the K chunks split into the same order; twice the instructions of VDPBF16PS for the
-// same products, which pays where VDPBF16PS issues at under half the FMA rate (decode_bf16.h).
-template <int kG>
-PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad_fma(
-    const float* q, std::int64_t q_stride, std::int64_t D, const std::byte* const* k,
+// a[t][g] = lane-wise partial sums of the dot product of query head g (row q[g * q_stride])
+// with key row k[t], for four key rows: each q chunk (from L1) feeds four dot products.
+// Q = std::uint16_t: bf16 q, VDPBF16PS on the raw K chunks. Q = float: f32 q in pair order (each
+// chunk's 16 even dims, then its 16 odd ones; head_dim a multiple of 32), the K chunks split into
+// the same order, two FMAs a chunk: twice the instructions for the same products, which pays
+// where VDPBF16PS issues at under half the FMA rate (decode_bf16.h).
+template <int kG, class Q>
+PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad(
+    const Q* q, std::int64_t q_stride, std::int64_t D, const std::byte* const* k,
     __m512 (&a)[4][kG]) {
   constexpr int kTok = 4;
   #pragma GCC unroll 16
@@ -90,14 +67,27 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad_fma(
     for (int g = 0; g < kG; ++g) a[t][g] = _mm512_setzero_ps();
   }
   for (std::int64_t c = 0; c < D; c += kChunk) {
-    __m512 e[kTok], o[kTok];
-    #pragma GCC unroll 16
-    for (int t = 0; t < kTok; ++t) split_pairs(load_chunk(k[t], c, ~__mmask32{0}), e[t], o[t]);
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      const __m512 qe = _mm512_load_ps(q + g * q_stride + c), qo = _mm512_load_ps(q + g * q_stride + c + kLanes);
+    if constexpr (std::is_same_v<Q, float>) {
+      __m512 e[kTok], o[kTok];
       #pragma GCC unroll 16
-      for (int t = 0; t < kTok; ++t) a[t][g] = _mm512_fmadd_ps(o[t], qo, _mm512_fmadd_ps(e[t], qe, a[t][g]));
+      for (int t = 0; t < kTok; ++t) split_pairs(load_chunk(k[t], c, ~__mmask32{0}), e[t], o[t]);
+      #pragma GCC unroll 16
+      for (int g = 0; g < kG; ++g) {
+        const __m512 qe = _mm512_load_ps(q + g * q_stride + c), qo = _mm512_load_ps(q + g * q_stride + c + kLanes);
+        #pragma GCC unroll 16
+        for (int t = 0; t < kTok; ++t) a[t][g] = _mm512_fmadd_ps(o[t], qo, _mm512_fmadd_ps(e[t], qe, a[t][g]));
+      }
+    } else {
+      __m512i x[kTok];
+      const __mmask32 m = chunk_mask(c, D);
+      #pragma GCC unroll 16
+      for (int t = 0; t < kTok; ++t) x[t] = load_chunk(k[t], c, m);
+      #pragma GCC unroll 16
+      for (int g = 0; g < kG; ++g) {
+        const __m512i qv = _mm512_load_si512(q + g * q_stride + c);
+        #pragma GCC unroll 16
+        for (int t = 0; t < kTok; ++t) a[t][g] = dot_pairs(a[t][g], qv, x[t]);
+      }
     }
   }
 }
@@ -148,8 +138,7 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void logits_quad(
     const std::byte* const* k, std::int64_t ntok, float* s, std::int64_t s_row) {
   constexpr int kTok = 4;
   __m512 a[kTok][kG];
-  if constexpr (std::is_same_v<Q, float>) dot_quad_fma<kG>(q, q_stride, D, k, a);
-  else dot_quad<kG>(q, q_stride, D, k, a);
+  dot_quad<kG>(q, q_stride, D, k, a);
   if constexpr (kG == 4) {
     // One transposing reduction per token gives its four heads' logits.
     #pragma GCC unroll 16
@@ -169,6 +158,25 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void logits_quad(
   }
 }
 
+// The p.v's accumulators of chunks [c0, c0 + kC * 32) of kG heads (two vectors a chunk, in either
+// kernel's pair order) loaded from acc, or stored back.
+template <int kG, int kC>
+PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void tile_accumulators(
+    float* acc, std::int64_t acc_stride, std::int64_t c0, __m512 (&a)[kC][kG][2], bool store) {
+  #pragma GCC unroll 16
+  for (int k = 0; k < kC; ++k) {
+    #pragma GCC unroll 16
+    for (int g = 0; g < kG; ++g) {
+      #pragma GCC unroll 16
+      for (int h = 0; h < 2; ++h) {
+        float* at = acc + g * acc_stride + c0 + k * kChunk + h * kLanes;
+        if (store) _mm512_storeu_ps(at, a[k][g][h]);
+        else a[k][g][h] = _mm512_loadu_ps(at);
+      }
+    }
+  }
+}
+
 // acc chunks [c0, c0 + kC * 32) of kG heads += the block's weighted V rows, two keys per step:
 // the rows are interleaved (unpack lo/hi of 16-bit elements) into pairs matching the weight
 // pairs p[j] | p[j+1] << 16. kC * kG * 2 accumulators stay in registers across the block.
@@ -180,16 +188,7 @@ PAGEDATTN_BF16_TARGET void accumulate_tile(float* acc, std::int64_t acc_stride, 
                                            const std::uint32_t* w, std::int64_t w_g,
                                            std::int64_t w_j, const std::byte* const* pf_v = nullptr) {
   __m512 a[kC][kG][2];
-  #pragma GCC unroll 16
-  for (int k = 0; k < kC; ++k) {
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      #pragma GCC unroll 16
-      for (int h = 0; h < 2; ++h) {
-        a[k][g][h] = _mm512_loadu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes);
-      }
-    }
-  }
+  tile_accumulators<kG, kC>(acc, acc_stride, c0, a, false);
   const std::int64_t n = rows.n;
   __mmask32 mask[kC];
   #pragma GCC unroll 16
@@ -224,16 +223,7 @@ PAGEDATTN_BF16_TARGET void accumulate_tile(float* acc, std::int64_t acc_stride, 
       }
     }
   }
-  #pragma GCC unroll 16
-  for (int k = 0; k < kC; ++k) {
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      #pragma GCC unroll 16
-      for (int h = 0; h < 2; ++h) {
-        _mm512_storeu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes, a[k][g][h]);
-      }
-    }
-  }
+  tile_accumulators<kG, kC>(acc, acc_stride, c0, a, true);
 }
 
 // accumulate_tile on f32 FMAs, one key per step: acc chunks in pair order (16 even dims, then
@@ -244,14 +234,7 @@ PAGEDATTN_BF16_TARGET void accumulate_tile_fma(float* acc, std::int64_t acc_stri
                                                const BlockRows& rows, const float* w, std::int64_t w_g,
                                                std::int64_t w_j, const std::byte* const* pf_v) {
   __m512 a[kC][kG][2];
-  #pragma GCC unroll 16
-  for (int k = 0; k < kC; ++k) {
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      #pragma GCC unroll 16
-      for (int h = 0; h < 2; ++h) a[k][g][h] = _mm512_loadu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes);
-    }
-  }
+  tile_accumulators<kG, kC>(acc, acc_stride, c0, a, false);
   const std::int64_t n = rows.n;
   for (std::int64_t j = 0; j < n; ++j) {
     if (pf_v != nullptr) {
@@ -272,14 +255,7 @@ PAGEDATTN_BF16_TARGET void accumulate_tile_fma(float* acc, std::int64_t acc_stri
       }
     }
   }
-  #pragma GCC unroll 16
-  for (int k = 0; k < kC; ++k) {
-    #pragma GCC unroll 16
-    for (int g = 0; g < kG; ++g) {
-      #pragma GCC unroll 16
-      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(acc + g * acc_stride + c0 + k * kChunk + h * kLanes, a[k][g][h]);
-    }
-  }
+  tile_accumulators<kG, kC>(acc, acc_stride, c0, a, true);
 }
 
 // All chunks of kG heads: the widest chunk tiles first (about 16 accumulators), then narrower.
