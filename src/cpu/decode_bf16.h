@@ -8,6 +8,10 @@
 //     instruction adds p[j] v[j] + p[j+1] v[j+1] for 16 dims.
 // The accumulators of p.v hold each 32-dim chunk in "pair order" (the order the interleave
 // leaves them in); bf16_unpermute_acc() restores dim order once per work item.
+// On cores where VDPBF16PS issues at under 1/2.5 of the FMA rate (decode_bf16_on_fmas), the
+// token-major units take the *_fma entry points instead: the same loops on f32 FMAs over bf16
+// chunks split into their even and odd dims (q and the accumulators in that order, the
+// decode units' pair order), f32 weights.
 #pragma once
 
 #include <cstdint>
