@@ -32,6 +32,9 @@ ProductRates bf16_product_rates();
 inline constexpr double kFmaOverBf16Dots = 2.5;
 // That choice, unless PAGEDATTN_CPU_DECODE_FMA is "0" or "1".
 bool decode_bf16_on_fmas();
+// Whether those FMA units take their logits on AMX tiles: amx_tiles_enabled(), unless
+// PAGEDATTN_CPU_DECODE_AMX is "0".
+bool decode_bf16_amx_logits();
 
 // Bytes of the last-level data cache as the C library reports it (32 MiB where it reports
 // nothing); defined in cpu_info.cpp.

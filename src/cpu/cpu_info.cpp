@@ -17,7 +17,6 @@ HWY_AFTER_NAMESPACE();
 
 #include <cstdio>
 
-#include "core/env_switch.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_features.h"
 #include "pagedattn/system_info.h"
@@ -59,10 +58,9 @@ std::string cpu_bf16_products() {
   char rates[96];
   std::snprintf(rates, sizeof(rates), "VDPBF16PS %.2f/ns, FMA %.2f/ns", r.bf16_dot_per_ns, r.fma_per_ns);
   const std::string prefill = cpu::amx_tiles_enabled() ? "amx-bf16" : "avx512-bf16";
-  const bool amx_logits = cpu::amx_tiles_enabled() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_AMX");
-  const std::string decode = !cpu::decode_bf16_on_fmas() ? "avx512-bf16"
-                             : amx_logits                ? "amx-bf16 logits + f32 FMAs"
-                                                         : "f32 FMAs";
+  const std::string decode = !cpu::decode_bf16_on_fmas()    ? "avx512-bf16"
+                             : cpu::decode_bf16_amx_logits() ? "amx-bf16 logits + f32 FMAs"
+                                                             : "f32 FMAs";
   return "prefill " + prefill + ", decode " + decode + " (" + rates + ")";
 }
 

@@ -599,17 +599,17 @@ struct DecodeKernel {
         amx_decode_logits_unit(reinterpret_cast<const std::uint32_t*>(sc.q16.get()), heads, G, D, r.k[0],
                                r.k[1] - r.k[0], kh_bytes, ahead ? next_k : nullptr, s, row);
         logit_scale = p.variant.scale;
-        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
       } else if (bf16 && fma) {
         bf16_decode_logits_heads_fma(sc.q.get(), D, heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row, span);
-        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
       } else if (bf16) {
         bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
                                  ahead ? next_k : nullptr, s, row, span);
-        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
       } else {
         unit_logits<kRowT>(sc.q.get(), heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row,
                            copy_v ? UnitVCopy{vh_bytes, kUnit, sc.v_unit.get()} : UnitVCopy{});
+      }
+      if (bf16) {  // head 0's V rows into L1 (each next head's follow before its p.v)
+        for (std::int64_t j = 0; j < n; ++j) prefetch_span4(r.v[j], D * kElem);
       }
       softmax_unit(it.kv_head * G, HG, t0, query_pos, n, row, s, sc, logit_scale);
       if (bf16 && !fma) bf16_pack_pairs(s, row, n, row, w);
@@ -783,9 +783,8 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
       // f32 FMAs on the token-major units (whole 32-dim pair blocks) where this core issues
       // them well ahead of VDPBF16PS (decode_bf16_on_fmas).
       const bool fma = H > 1 && D % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
-      // and their logits on AMX tiles where the process has them (PAGEDATTN_CPU_DECODE_AMX=0:
-      // FMAs throughout).
-      const bool amx = fma && G <= 16 && amx_tiles_enabled() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_AMX");
+      // and their logits on AMX tiles where the process has them (decode_bf16_amx_logits).
+      const bool amx = fma && G <= 16 && decode_bf16_amx_logits();
       DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, fma, amx}.run(plan, part, threads);
       return;
     }

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "cpu/amx_tiles.h"
+#include "cpu/decode_rows.h"
 
 namespace pagedattn::cpu {
 
@@ -11,13 +12,6 @@ namespace {
 // Tiles: 0 = C (16 keys x group f32), 1 and 2 = A (16 rows x 32 dims), 3 and 4 = B (16 dim
 // pairs x group), alternating by chunk so that a load need not wait for the previous product.
 constexpr int kKeys = 16;
-constexpr std::int64_t kLine = 64;
-
-inline void prefetch_rows(const std::byte* p, std::int64_t stride, std::int64_t bytes) {
-  for (int j = 0; j < kKeys; ++j) {
-    for (std::int64_t off = 0; off < bytes; off += kLine) __builtin_prefetch(p + j * stride + off);
-  }
-}
 }  // namespace
 
 PAGEDATTN_AMX_TARGET void amx_decode_tiles_begin(std::int64_t group) {
@@ -41,10 +35,12 @@ PAGEDATTN_AMX_TARGET void amx_decode_logits_unit(const std::uint32_t* q_pairs, s
   const std::int64_t chunks = head_dim / 32, head_pairs = head_dim / 2, row_bytes = head_dim * 2;
   for (std::int64_t h = 0; h < heads; ++h) {
     const std::byte* kh = k0 + h * k_head_bytes;
-    if (h + 1 < heads) prefetch_rows(kh + k_head_bytes, row_stride, row_bytes);
+    if (h + 1 < heads) {
+      for (int j = 0; j < kKeys; ++j) prefetch_span4(kh + k_head_bytes + j * row_stride, row_bytes);
+    }
     if (next_k != nullptr) {
       for (int j = 0; j < kKeys; ++j) {
-        for (std::int64_t off = 0; off < row_bytes; off += kLine) __builtin_prefetch(next_k[j] + h * k_head_bytes + off, 0, 1);
+        for (std::int64_t off = 0; off < row_bytes; off += kDecodeCacheLine) __builtin_prefetch(next_k[j] + h * k_head_bytes + off, 0, 1);
       }
     }
     const std::uint32_t* qh = q_pairs + h * head_pairs * group;

@@ -21,35 +21,21 @@ double per_ns(Clock::time_point t0) {
   return kIterations * kChains / std::max(ns, 1.0);
 }
 
-// The best of kTrials timings of kIterations x kChains instructions, one chain per register. The
-// asm statements give each iteration a "new" operand, so nothing is hoisted, and keep the chains.
-PAGEDATTN_BF16_TARGET double bf16_dot_rate() {
+// The best of kTrials timings of kIterations x kChains instructions (kBf16Dot: VDPBF16PS, else
+// FMA), one chain per register. The asm statements give each iteration a "new" operand, so
+// nothing is hoisted, and keep the chains.
+template <bool kBf16Dot>
+PAGEDATTN_BF16_TARGET double issue_rate() {
   __m512 a[kChains];
   for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(static_cast<float>(i));
   __m512i x = _mm512_set1_epi16(0x3f80), y = _mm512_set1_epi16(0x3c00);  // bf16 1 and 2^-7
-  double best = 0.0;
-  for (int t = 0; t < kTrials; ++t) {
-    const auto t0 = Clock::now();
-    for (int n = 0; n < kIterations; ++n) {
-      for (int i = 0; i < kChains; ++i) a[i] = bf16::dot_pairs(a[i], x, y);
-      asm volatile("" : "+v"(x));
-    }
-    best = std::max(best, per_ns(t0));
-  }
-  for (int i = 0; i < kChains; ++i) asm volatile("" : : "v"(a[i]));
-  return best;
-}
-
-PAGEDATTN_BF16_TARGET double fma_rate() {
-  __m512 a[kChains];
-  for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(static_cast<float>(i));
   __m512 m = _mm512_set1_ps(0.5f), c = _mm512_set1_ps(1.0f);
   double best = 0.0;
   for (int t = 0; t < kTrials; ++t) {
     const auto t0 = Clock::now();
     for (int n = 0; n < kIterations; ++n) {
-      for (int i = 0; i < kChains; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
-      asm volatile("" : "+v"(m));
+      for (int i = 0; i < kChains; ++i) a[i] = kBf16Dot ? bf16::dot_pairs(a[i], x, y) : _mm512_fmadd_ps(a[i], m, c);
+      asm volatile("" : "+v"(x), "+v"(m));
     }
     best = std::max(best, per_ns(t0));
   }
@@ -59,8 +45,8 @@ PAGEDATTN_BF16_TARGET double fma_rate() {
 
 ProductRates measure() {
   ProductRates r;
-  r.bf16_dot_per_ns = bf16_dot_rate();
-  r.fma_per_ns = fma_rate();
+  r.bf16_dot_per_ns = issue_rate<true>();
+  r.fma_per_ns = issue_rate<false>();
   return r;
 }
 
@@ -77,6 +63,11 @@ bool decode_bf16_on_fmas() {
     const bool measured = r.bf16_dot_per_ns > 0.0 && r.fma_per_ns >= kFmaOverBf16Dots * r.bf16_dot_per_ns;
     return detail::env_switch("PAGEDATTN_CPU_DECODE_FMA", measured);
   }();
+  return on;
+}
+
+bool decode_bf16_amx_logits() {
+  static const bool on = amx_tiles_enabled() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_AMX");
   return on;
 }
 
