@@ -1,4 +1,4 @@
-// A CPU decode probe for kernel work: one decode call (GQA, NHD, page 16, shuffled pages) timed
+// A CPU decode probe for kernel work: one decode call (GQA, NHD by default, page 16, shuffled pages) timed
 // over many calls, with nothing else in the process worth counting, so that
 //   valgrind --tool=callgrind --toggle-collect='pagedattn::decode*' build/bench/cpu_decode_probe ...
 // counts the decode's instructions alone (`pagedattn bench` spends billions filling its pools
@@ -25,9 +25,9 @@
 int main(int argc, char** argv) {
   using namespace pagedattn;
   int batch = 1, seq_len = 1024, iters = 10, threads = 1, kv_sets = 1, q_heads = 32, kv_heads = 8;
-  std::string kv_dtype = "bf16";
+  std::string kv_dtype = "bf16", layout = "nhd";
   bool huge_pages = false;
-  CLI::App app{"CPU decode probe: GQA decode over shuffled NHD pages, bf16 q/out"};
+  CLI::App app{"CPU decode probe: GQA decode over shuffled pages, bf16 q/out"};
   app.add_option("--batch", batch, "Sequences")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--seq-len", seq_len, "Tokens per sequence")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--iters", iters, "Calls timed")->check(CLI::Range(1, 1 << 24))->capture_default_str();
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--q-heads", q_heads, "Query heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--kv-heads", kv_heads, "KV heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--kv-dtype", kv_dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  app.add_option("--layout", layout, "KV layout: nhd, hnd or vllm")->check(CLI::IsMember({"nhd", "hnd", "vllm"}))->capture_default_str();
   app.add_flag("--huge-pages", huge_pages, "Pools in 2 MiB-aligned memory advised for transparent huge pages");
   CLI11_PARSE(app, argc, argv);
 
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
   const int pages_per_seq = (seq_len + kPage - 1) / kPage;
   const std::int64_t pages = static_cast<std::int64_t>(batch) * pages_per_seq * kv_sets;
   const DType kv = f32 ? DType::kF32 : DType::kBF16;
-  const KVCacheSpec spec{.layout = KVLayout::kNHD, .dtype = kv, .num_pages = pages,
+  const KVLayout kv_layout = layout == "hnd" ? KVLayout::kHND : layout == "vllm" ? KVLayout::kVllmSplit : KVLayout::kNHD;
+  const KVCacheSpec spec{.layout = kv_layout, .dtype = kv, .num_pages = pages,
                          .page_size = kPage, .num_kv_heads = kv_heads, .head_dim = kDim};
   const std::size_t bytes = static_cast<std::size_t>(spec.elements_per_tensor()) * dtype_size(kv);
   const auto allocate = [&] {  // plain malloc: ordinary pages unless THP is "always"
