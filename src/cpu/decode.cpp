@@ -33,6 +33,7 @@
 #include "core/env_switch.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/decode_amx.h"
+#include "cpu/decode_split_amx.h"
 #include "cpu/decode_bf16.h"
 #include "cpu/decode_output.h"
 #include "cpu/decode_plan.h"
@@ -108,6 +109,8 @@ struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> acc16, alpha;
   // f32 token-major units: the unit's V rows, head-major [heads][kUnit][row bytes] (UnitVCopy).
   hwy::AlignedFreeUniquePtr<std::byte[]> v_unit;
+  // Split-layout AMX units that cannot be read in place: K [dim / 8][16][8] and V [dim][16] bf16.
+  hwy::AlignedFreeUniquePtr<std::uint16_t[]> k_split, v_split;
 
   Scratch(std::int64_t heads, std::int64_t group, std::int64_t head_dim, bool tiles, bool bf16,
           bool token_major, bool copy_v, std::int64_t kv_row_bytes) {
@@ -135,6 +138,10 @@ struct Scratch {
     }
     if (token_major) alpha = hwy::AllocateAligned<float>(row);
     if (token_major && !bf16 && copy_v) v_unit = hwy::AllocateAligned<std::byte>(static_cast<std::size_t>(heads * kUnit * kv_row_bytes));
+  }
+  void allocate_split_units(std::int64_t head_dim) {
+    k_split = hwy::AllocateAligned<std::uint16_t>(static_cast<std::size_t>(head_dim * kUnit));
+    v_split = hwy::AllocateAligned<std::uint16_t>(static_cast<std::size_t>(head_dim * kUnit));
   }
 };
 
@@ -369,6 +376,9 @@ struct DecodeKernel {
   // With fma: the logits of whole 16-token units of evenly spaced rows on AMX tiles
   // (amx_decode_logits_unit; q as dim pairs in sc.q16), the rest on FMAs.
   bool amx = false;
+  // vLLM's split layout (bf16, one KV head per item) on AMX tiles in place of the f32 gather:
+  // see attend_split_units().
+  bool split_amx = false;
   // Gathered layouts whose V dims are strided (vLLM: V pages [dim][token]): V is gathered
   // dim-major into sc.v_tile [D][kBlock] and accumulated by block_accumulate_dim_major.
   bool v_dim_major() const { return !kDirect && p.kv.v.elem_stride != 1; }
@@ -495,18 +505,22 @@ struct DecodeKernel {
       for (std::int64_t g = 0; g < G; ++g) {
         const std::byte* qrow =
             qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
-        if (bf16 && fma) {  // f32, scaled, in pair order
+        // The AMX kernels' q: raw, as dim pairs, [head][dim pair][group].
+        const auto store_q_pairs = [&] {
+          auto* pairs = reinterpret_cast<std::uint32_t*>(sc.q16.get()) + hi * (D / 2) * G + g;
+          std::uint32_t pair = 0;
+          for (std::int64_t r = 0; r < D / 2; ++r) {
+            std::memcpy(&pair, qrow + r * 4, sizeof(pair));
+            pairs[r * G] = pair;
+          }
+        };
+        if (split_amx) {
+          store_q_pairs();
+        } else if (bf16 && fma) {  // f32, scaled, in pair order
           float* qf = sc.q.get() + (hi * G + g) * D;
           load_scaled_row(qrow, qo.q_dtype, D, q_scale, qf);
           permute_dim_pairs(qf, D);
-          if (amx) {  // and raw, as dim pairs: [head][dim pair][group] (D == Dp)
-            auto* pairs = reinterpret_cast<std::uint32_t*>(sc.q16.get()) + hi * (D / 2) * G + g;
-            std::uint32_t pair = 0;
-            for (std::int64_t r = 0; r < D / 2; ++r) {
-              std::memcpy(&pair, qrow + r * 4, sizeof(pair));
-              pairs[r * G] = pair;
-            }
-          }
+          if (amx) store_q_pairs();  // and raw (D == Dp)
         } else if (bf16) {  // raw bf16, zero padded; the scale is applied to the logits
           std::uint16_t* q16 = sc.q16.get() + (hi * G + g) * Dp;
           std::fill_n(q16, Dp, std::uint16_t{0});
@@ -522,12 +536,20 @@ struct DecodeKernel {
     }
     std::fill_n(sc.acc.get(), heads * G * D, 0.0f);
     if (bf16) std::fill_n(sc.acc16.get(), heads * G * Dp, 0.0f);
+    if (split_amx) std::fill_n(sc.acc16.get(), G * D, 0.0f);
     if (it.end > it.begin) {
       if constexpr (kDirect) {
         if (token_major()) attend_units(it, sc);
         else attend_keys(it, sc);
+      } else if (split_amx) {
+        attend_split_units(it, sc);
       } else {
         attend_keys(it, sc);
+      }
+    }
+    if (split_amx) {  // O^T [D][G] (sc.acc16) to [G][D]
+      for (std::int64_t d = 0; d < D; ++d) {
+        for (std::int64_t g = 0; g < G; ++g) sc.acc[g * D + d] = sc.acc16[d * G + g];
       }
     }
     if (bf16 && fma) {  // Dp == D here
@@ -640,13 +662,78 @@ struct DecodeKernel {
     }
   }
 
+  // vLLM's split layout (K [dim / 8][token][8], V [dim][token] per page and head; one KV head
+  // per item) on AMX tiles: units of 16 tokens aligned to multiples of 16, each read in place
+  // where it lies inside one page (page sizes that are multiples of 16) and otherwise gathered,
+  // zero padded, into the same form. The logits go token-major into s as on the other units and
+  // take the same online softmax; the weights, rounded to bf16 and paired by tokens, multiply V
+  // into O^T [D][G] (sc.acc16). The unit two ahead is prefetched along (prefetcht2).
+  void attend_split_units(const DecodeWorkItem& it, Scratch& sc) const {
+    const detail::SeqPages pages = p.pages_of(it.seq);
+    const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
+    const auto& k = p.kv.k;
+    const auto& v = p.kv.v;
+    const std::int64_t ps = p.kv.page_size, row = unit_row(G, true);
+    float* s = sc.s.get();
+    float* acc_t = sc.acc16.get();
+    auto* w_pairs = reinterpret_cast<std::uint32_t*>(sc.pairs.get());
+    std::fill_n(sc.m.get() + G, row - G, detail::kNegInf);
+    std::fill_n(sc.l.get() + G, row - G, 0.0f);
+    // The unit of n tokens from t read in place, if it lies inside one page (else k is null).
+    const auto in_place = [&](std::int64_t t, std::int64_t n) {
+      const std::int64_t off = t % ps;
+      if (n != kUnit || off + kUnit > ps) return SplitUnit{};
+      const std::int64_t page = pages.page(t / ps);
+      return SplitUnit{k.data + k.offset(page, it.kv_head, off, 0) * kElem,
+                       v.data + v.offset(page, it.kv_head, off, 0) * kElem, k.chunk_stride * kElem,
+                       v.elem_stride * kElem};
+    };
+    const auto gathered = [&](std::int64_t t, std::int64_t n) {
+      std::uint16_t* kg = sc.k_split.get();
+      std::uint16_t* vg = sc.v_split.get();
+      std::fill_n(kg, D * kUnit, std::uint16_t{0});
+      std::fill_n(vg, D * kUnit, std::uint16_t{0});
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t page = pages.page((t + j) / ps), off = (t + j) % ps;
+        for (std::int64_t i = 0; i < D / 8; ++i) {
+          std::memcpy(kg + (i * kUnit + j) * 8, k.data + k.offset(page, it.kv_head, off, i * 8) * kElem, 16);
+        }
+        for (std::int64_t d = 0; d < D; ++d) {
+          std::memcpy(vg + d * kUnit + j, v.data + v.offset(page, it.kv_head, off, d) * kElem, 2);
+        }
+      }
+      return SplitUnit{reinterpret_cast<const std::byte*>(kg), reinterpret_cast<const std::byte*>(vg),
+                       kUnit * 16, kUnit * 2};
+    };
+    const auto unit_end = [&](std::int64_t t) { return std::min(it.end, (t / kUnit + 1) * kUnit); };
+    for (std::int64_t t = it.begin; t < it.end;) {
+      const std::int64_t t1 = unit_end(t), n = t1 - t;
+      SplitUnit unit = in_place(t, n);
+      if (unit.k == nullptr) unit = gathered(t, n);
+      const std::int64_t t2 = unit_end(t1), ta = t2 < it.end ? t2 : it.end;
+      const SplitUnit ahead = ta < it.end ? in_place(ta, unit_end(ta) - ta) : SplitUnit{};
+      amx_split_logits_unit(reinterpret_cast<const std::uint32_t*>(sc.q16.get()), G, D, unit, ahead, s, row);
+      softmax_unit(it.kv_head * G, G, t, query_pos, n, row, s, sc, p.variant.scale, acc_t);
+      // Token pairs of bf16 weights, zero past n.
+      for (std::int64_t r = 0; r < kUnit / 2; ++r) {
+        for (std::int64_t g = 0; g < G; ++g) {
+          const std::uint32_t lo = 2 * r < n ? float_to_bf16(s[2 * r * row + g]) : 0u;
+          const std::uint32_t hi = 2 * r + 1 < n ? float_to_bf16(s[(2 * r + 1) * row + g]) : 0u;
+          w_pairs[r * G + g] = lo | hi << 16;
+        }
+      }
+      amx_split_accumulate_unit(acc_t, G, D, unit, w_pairs, ahead);
+      t = t1;
+    }
+  }
+
   // Online-softmax update of the HG query heads (from qh0) for a unit of n logits, stored
   // token-major (s[j * row + i]), lane-parallel over the heads: soft-cap and ALiBi, new max,
   // s becomes exp(s - m'), l and the accumulators (sc.acc16 rows for bf16, else sc.acc) rescaled
   // by exp(m - m').
   void softmax_unit(std::int64_t qh0, std::int64_t HG, std::int64_t pos0, std::int64_t query_pos,
                     std::int64_t n, std::int64_t row, float* HWY_RESTRICT s, Scratch& sc,
-                    float logit_scale) const {
+                    float logit_scale, float* acc_t = nullptr) const {
     const hn::ScalableTag<float> df;
     const auto N = static_cast<std::int64_t>(hn::Lanes(df));
     const float cap = p.variant.soft_cap;
@@ -683,6 +770,13 @@ struct DecodeKernel {
       hn::Store(hn::MulAdd(hn::Load(df, sc.l.get() + i0), a_keep, sum), df, sc.l.get() + i0);
       hn::Store(m_new, df, sc.m.get() + i0);
       hn::Store(a_keep, df, alpha + i0);
+    }
+    if (acc_t != nullptr) {  // O^T [D][HG] (split-layout units)
+      for (std::int64_t i = 0; i < HG; ++i) {
+        if (alpha[i] == 1.0f) continue;
+        for (std::int64_t d = 0; d < D; ++d) acc_t[d * HG + i] *= alpha[i];
+      }
+      return;
     }
     const std::int64_t acc_row = bf16 ? Dp : D;  // D: whole dim-pair blocks (units)
     float* acc_base = bf16 ? sc.acc16.get() : sc.acc.get();
@@ -755,8 +849,10 @@ struct DecodeKernel {
     const auto num_merges = static_cast<std::int64_t>(plan.merges.size());
 #pragma omp parallel num_threads(num_threads)
     {
-      Scratch sc(heads, G, D, !kDirect, bf16, token_major(), copy_v, D * kElem);
+      Scratch sc(heads, G, D, !kDirect, bf16 || split_amx, token_major() || split_amx, copy_v, D * kElem);
+      if (split_amx) sc.allocate_split_units(D);
       if (amx) amx_decode_tiles_begin(G);
+      if (split_amx) amx_split_tiles_begin(G);
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t i = 0; i < num_items; ++i) {
         const DecodeWorkItem& it = plan.items[static_cast<std::size_t>(i)];
@@ -769,10 +865,22 @@ struct DecodeKernel {
       for (std::int64_t i = 0; i < num_merges; ++i) {
         decode_merge(p, plan.merges[static_cast<std::size_t>(i)], heads, part, sc.acc.get());
       }
-      if (amx) amx_tiles_end();
+      if (amx || split_amx) amx_tiles_end();
     }
   }
 };
+
+// vLLM's split layout on AMX tiles (attend_split_units): bf16 q, cache and output (the weights
+// are rounded to bf16), one KV head per item, a group that fits a tile's 16 columns, 8-dim K
+// chunks of 16-byte token rows, V rows of contiguous tokens; where the process has AMX
+// (decode_bf16_amx_logits, so PAGEDATTN_CPU_DECODE_AMX=0 keeps the f32 gather).
+bool split_amx_applies(const AttentionProblem& p, std::int64_t heads_per_item) {
+  const auto& k = p.kv.k;
+  const auto& v = p.kv.v;
+  return p.kv.dtype == DType::kBF16 && p.qo.q_dtype == DType::kBF16 && p.qo.out_dtype == DType::kBF16 &&
+         heads_per_item == 1 && p.group_size() <= 16 && p.head_dim % 16 == 0 && k.chunk_len == 8 &&
+         k.elem_stride == 1 && k.token_stride == 8 && v.token_stride == 1 && decode_bf16_amx_logits();
+}
 
 template <DType kCacheT>
 void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
@@ -807,6 +915,14 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
     }();
     DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units, copy_v}.run(plan, part, threads);
   } else {
+    if constexpr (kCacheT == DType::kBF16) {
+      if (split_amx_applies(p, H)) {
+        DecodeKernel<kCacheT, false> kernel{p, G, D, H};
+        kernel.split_amx = true;
+        kernel.run(plan, part, threads);
+        return;
+      }
+    }
     DecodeKernel<kCacheT, false>{p, G, D, H}.run(plan, part, threads);
   }
 }
