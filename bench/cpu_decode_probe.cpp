@@ -36,16 +36,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--q-heads", q_heads, "Query heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--kv-heads", kv_heads, "KV heads")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  app.add_option("--kv-dtype", kv_dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  app.add_option("--kv-dtype", kv_dtype, "KV cache dtype")
+      ->check(CLI::IsMember({"bf16", "f32", "f16", "fp8_e4m3", "fp8_e5m2"}))
+      ->capture_default_str();
   app.add_option("--layout", layout, "KV layout: nhd, hnd or vllm")->check(CLI::IsMember({"nhd", "hnd", "vllm"}))->capture_default_str();
   app.add_flag("--huge-pages", huge_pages, "Pools in 2 MiB-aligned memory advised for transparent huge pages");
   CLI11_PARSE(app, argc, argv);
 
   constexpr int kPage = 16, kDim = 128;
-  const bool f32 = kv_dtype == "f32";
   const int pages_per_seq = (seq_len + kPage - 1) / kPage;
   const std::int64_t pages = static_cast<std::int64_t>(batch) * pages_per_seq * kv_sets;
-  const DType kv = f32 ? DType::kF32 : DType::kBF16;
+  const DType kv = parse_dtype(kv_dtype);
   const KVLayout kv_layout = layout == "hnd" ? KVLayout::kHND : layout == "vllm" ? KVLayout::kVllmSplit : KVLayout::kNHD;
   const KVCacheSpec spec{.layout = kv_layout, .dtype = kv, .num_pages = pages,
                          .page_size = kPage, .num_kv_heads = kv_heads, .head_dim = kDim};
