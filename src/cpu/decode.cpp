@@ -579,7 +579,10 @@ struct DecodeKernel {
     const detail::SeqPages pages = p.pages_of(it.seq);
     const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
     const std::int64_t kh_bytes = p.kv.k.head_stride * kElem, vh_bytes = p.kv.v.head_stride * kElem;
-    const std::int64_t span = (heads - 1) * std::max(kh_bytes, vh_bytes) + D * kElem;
+    // The just-in-time span of a token: its rows of all heads where they lie within the token's
+    // row (NHD); else (HND) its first head's row only.
+    const bool token_rows = p.kv.k.head_stride < p.kv.k.token_stride && p.kv.v.head_stride < p.kv.v.token_stride;
+    const std::int64_t span = token_rows ? (heads - 1) * std::max(kh_bytes, vh_bytes) + D * kElem : D * kElem;
     const std::int64_t HG = heads * G, row = unit_row(HG, bf16);
     float* s = sc.s.get();
     auto* w = reinterpret_cast<std::uint32_t*>(sc.pairs.get());
@@ -882,17 +885,31 @@ bool split_amx_applies(const AttentionProblem& p, std::int64_t heads_per_item) {
          k.elem_stride == 1 && k.token_stride == 8 && v.token_stride == 1 && decode_bf16_amx_logits();
 }
 
+// The bf16 kernels' condition: bf16 q, cache and output (their VDPBF16PS variant rounds the
+// weights to bf16: inside the bf16 output tolerance only), dim-contiguous rows.
+bool bf16_kernels_apply(const AttentionProblem& p) {
+  return p.kv.dtype == DType::kBF16 && p.qo.q_dtype == DType::kBF16 && p.qo.out_dtype == DType::kBF16 &&
+         p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim) && bf16_dot_supported();
+}
+
+// ... on f32 FMAs in token-major units (whole 32-dim pair blocks) where this core issues them
+// well ahead of VDPBF16PS (decode_bf16_on_fmas).
+bool bf16_fma_units_apply(const AttentionProblem& p) {
+  return bf16_kernels_apply(p) && p.head_dim % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
+}
+
+// Whether the plan should give each item all KV heads of its keys whatever the layout: the
+// bf16 FMA units, whose per-head loops take any head stride (HND: a unit is a whole page, each
+// head's 16 rows one contiguous block).
+bool HeadsTogetherImpl(const AttentionProblem& p) { return bf16_fma_units_apply(p); }
+
 template <DType kCacheT>
 void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
   const bool direct = p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim);
   const std::int64_t G = p.group_size(), D = p.head_dim, H = plan.heads_per_item;
   if constexpr (kCacheT == DType::kBF16) {
-    // bf16 weights for p.v are inside the bf16 output tolerance only.
-    if (direct && p.qo.q_dtype == DType::kBF16 && p.qo.out_dtype == DType::kBF16 &&
-        bf16_dot_supported()) {
-      // f32 FMAs on the token-major units (whole 32-dim pair blocks) where this core issues
-      // them well ahead of VDPBF16PS (decode_bf16_on_fmas).
-      const bool fma = D % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
+    if (bf16_kernels_apply(p)) {
+      const bool fma = bf16_fma_units_apply(p);
       // and their logits on AMX tiles where the process has them (decode_bf16_amx_logits).
       const bool amx = fma && G <= 16 && decode_bf16_amx_logits();
       DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, fma, amx}.run(plan, part, threads);
@@ -948,10 +965,11 @@ HWY_AFTER_NAMESPACE();
 
 namespace pagedattn::cpu {
 HWY_EXPORT(DecodeImpl);
+HWY_EXPORT(HeadsTogetherImpl);
 
 void decode(const detail::AttentionProblem& p, const DecodeOptions& options, int num_threads) {
   const int threads = resolve_num_threads(num_threads);
-  const DecodePlan plan = plan_decode(p, options, threads);
+  const DecodePlan plan = plan_decode(p, options, threads, HWY_DYNAMIC_DISPATCH(HeadsTogetherImpl)(p));
   const std::int64_t floats = plan.num_slots * plan.slot_floats(p.group_size(), p.head_dim);
   std::vector<float> part(static_cast<std::size_t>(floats));
   HWY_DYNAMIC_DISPATCH(DecodeImpl)(p, plan, part.data(), threads);

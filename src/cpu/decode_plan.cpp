@@ -26,12 +26,12 @@ KeyRange decode_key_range(const detail::AttentionProblem& p, std::int64_t s) {
 }
 
 DecodePlan plan_decode(const detail::AttentionProblem& p, const DecodeOptions& options,
-                       int num_threads) {
+                       int num_threads, bool heads_together) {
   const std::int64_t S = p.num_seqs, Hkv = p.num_kv_heads, ps = p.kv.page_size;
   const std::int64_t threads = std::max(1, num_threads);
   DecodePlan plan;
   const auto& k = p.kv.k;
-  plan.heads_per_item = (Hkv > 1 && k.head_stride < k.token_stride) ? Hkv : 1;
+  plan.heads_per_item = (Hkv > 1 && (heads_together || k.head_stride < k.token_stride)) ? Hkv : 1;
   const std::int64_t head_items = Hkv / plan.heads_per_item;
   std::vector<KeyRange> ranges(static_cast<std::size_t>(S));
   std::int64_t total = 0, longest = 0, nonempty = 0;

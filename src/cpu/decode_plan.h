@@ -58,8 +58,9 @@ struct KeyRange {
 KeyRange decode_key_range(const detail::AttentionProblem& p, std::int64_t s);
 
 // Chooses one-pass or split-K (and the partition size) from the options, the key ranges and
-// the thread count, and lists the work items.
+// the thread count, and lists the work items. Items hold all KV heads where a token's heads are
+// adjacent (NHD), or wherever `heads_together` says the kernel wants them.
 DecodePlan plan_decode(const detail::AttentionProblem& p, const DecodeOptions& options,
-                       int num_threads);
+                       int num_threads, bool heads_together = false);
 
 }  // namespace pagedattn::cpu
