@@ -536,7 +536,7 @@ struct DecodeKernel {
     }
     std::fill_n(sc.acc.get(), heads * G * D, 0.0f);
     if (bf16) std::fill_n(sc.acc16.get(), heads * G * Dp, 0.0f);
-    if (split_amx) std::fill_n(sc.acc16.get(), G * D, 0.0f);
+    if (split_amx) std::fill_n(sc.acc16.get(), heads * G * D, 0.0f);
     if (it.end > it.begin) {
       if constexpr (kDirect) {
         if (token_major()) attend_units(it, sc);
@@ -547,9 +547,10 @@ struct DecodeKernel {
         attend_keys(it, sc);
       }
     }
-    if (split_amx) {  // O^T [D][G] (sc.acc16) to [G][D]
+    if (split_amx) {  // O^T [D][heads * G] (sc.acc16) to [heads * G][D]
+      const std::int64_t HG = heads * G;
       for (std::int64_t d = 0; d < D; ++d) {
-        for (std::int64_t g = 0; g < G; ++g) sc.acc[g * D + d] = sc.acc16[d * G + g];
+        for (std::int64_t i = 0; i < HG; ++i) sc.acc[i * D + d] = sc.acc16[d * HG + i];
       }
     }
     if (bf16 && fma) {  // Dp == D here
@@ -665,67 +666,82 @@ struct DecodeKernel {
     }
   }
 
-  // vLLM's split layout (K [dim / 8][token][8], V [dim][token] per page and head; one KV head
-  // per item) on AMX tiles: units of 16 tokens aligned to multiples of 16, each read in place
-  // where it lies inside one page (page sizes that are multiples of 16) and otherwise gathered,
-  // zero padded, into the same form. The logits go token-major into s as on the other units and
-  // take the same online softmax; the weights, rounded to bf16 and paired by tokens, multiply V
-  // into O^T [D][G] (sc.acc16). The unit two ahead is prefetched along (prefetcht2).
+  // vLLM's split layout (K [dim / 8][token][8], V [dim][token] per page and head) on AMX tiles:
+  // units of 16 tokens aligned to multiples of 16, all the item's KV heads in each (as the plan
+  // gives them: a unit is then a whole page of every head). A head's unit is read in place where
+  // it lies inside one page (page sizes that are multiples of 16) and otherwise gathered, zero
+  // padded, into the same form. The logits go token-major into s as on the other units and take
+  // the same online softmax; the weights, rounded to bf16 and paired by tokens, multiply V into
+  // O^T [D][heads * G] (sc.acc16). The unit two ahead is prefetched along (prefetcht2).
   void attend_split_units(const DecodeWorkItem& it, Scratch& sc) const {
     const detail::SeqPages pages = p.pages_of(it.seq);
     const std::int64_t query_pos = decode_key_range(p, it.seq).query_pos;
     const auto& k = p.kv.k;
     const auto& v = p.kv.v;
-    const std::int64_t ps = p.kv.page_size, row = unit_row(G, true);
+    const std::int64_t HG = heads * G, ps = p.kv.page_size, row = unit_row(HG, true);
     float* s = sc.s.get();
     float* acc_t = sc.acc16.get();
     auto* w_pairs = reinterpret_cast<std::uint32_t*>(sc.pairs.get());
-    std::fill_n(sc.m.get() + G, row - G, detail::kNegInf);
-    std::fill_n(sc.l.get() + G, row - G, 0.0f);
-    // The unit of n tokens from t read in place, if it lies inside one page (else k is null).
-    const auto in_place = [&](std::int64_t t, std::int64_t n) {
+    const auto* q_pairs = reinterpret_cast<const std::uint32_t*>(sc.q16.get());
+    std::fill_n(sc.m.get() + HG, row - HG, detail::kNegInf);
+    std::fill_n(sc.l.get() + HG, row - HG, 0.0f);
+    // Head h's unit of n tokens from t read in place, if it lies inside one page (else k is null).
+    const auto in_place = [&](std::int64_t t, std::int64_t n, std::int64_t h) {
       const std::int64_t off = t % ps;
       if (n != kUnit || off + kUnit > ps) return SplitUnit{};
       const std::int64_t page = pages.page(t / ps);
-      return SplitUnit{k.data + k.offset(page, it.kv_head, off, 0) * kElem,
-                       v.data + v.offset(page, it.kv_head, off, 0) * kElem, k.chunk_stride * kElem,
+      return SplitUnit{k.data + k.offset(page, it.kv_head + h, off, 0) * kElem,
+                       v.data + v.offset(page, it.kv_head + h, off, 0) * kElem, k.chunk_stride * kElem,
                        v.elem_stride * kElem};
     };
-    const auto gathered = [&](std::int64_t t, std::int64_t n) {
+    // The same gathered, K or V, into the thread's copy (zero past n).
+    const auto gather_k = [&](std::int64_t t, std::int64_t n, std::int64_t h) {
       std::uint16_t* kg = sc.k_split.get();
-      std::uint16_t* vg = sc.v_split.get();
       std::fill_n(kg, D * kUnit, std::uint16_t{0});
-      std::fill_n(vg, D * kUnit, std::uint16_t{0});
       for (std::int64_t j = 0; j < n; ++j) {
         const std::int64_t page = pages.page((t + j) / ps), off = (t + j) % ps;
         for (std::int64_t i = 0; i < D / 8; ++i) {
-          std::memcpy(kg + (i * kUnit + j) * 8, k.data + k.offset(page, it.kv_head, off, i * 8) * kElem, 16);
-        }
-        for (std::int64_t d = 0; d < D; ++d) {
-          std::memcpy(vg + d * kUnit + j, v.data + v.offset(page, it.kv_head, off, d) * kElem, 2);
+          std::memcpy(kg + (i * kUnit + j) * 8, k.data + k.offset(page, it.kv_head + h, off, i * 8) * kElem, 16);
         }
       }
-      return SplitUnit{reinterpret_cast<const std::byte*>(kg), reinterpret_cast<const std::byte*>(vg),
-                       kUnit * 16, kUnit * 2};
+      return SplitUnit{reinterpret_cast<const std::byte*>(kg), nullptr, kUnit * 16, 0};
+    };
+    const auto gather_v = [&](std::int64_t t, std::int64_t n, std::int64_t h) {
+      std::uint16_t* vg = sc.v_split.get();
+      std::fill_n(vg, D * kUnit, std::uint16_t{0});
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t page = pages.page((t + j) / ps), off = (t + j) % ps;
+        for (std::int64_t d = 0; d < D; ++d) {
+          std::memcpy(vg + d * kUnit + j, v.data + v.offset(page, it.kv_head + h, off, d) * kElem, 2);
+        }
+      }
+      return SplitUnit{nullptr, reinterpret_cast<const std::byte*>(vg), 0, kUnit * 2};
     };
     const auto unit_end = [&](std::int64_t t) { return std::min(it.end, (t / kUnit + 1) * kUnit); };
     for (std::int64_t t = it.begin; t < it.end;) {
       const std::int64_t t1 = unit_end(t), n = t1 - t;
-      SplitUnit unit = in_place(t, n);
-      if (unit.k == nullptr) unit = gathered(t, n);
       const std::int64_t t2 = unit_end(t1), ta = t2 < it.end ? t2 : it.end;
-      const SplitUnit ahead = ta < it.end ? in_place(ta, unit_end(ta) - ta) : SplitUnit{};
-      amx_split_logits_unit(reinterpret_cast<const std::uint32_t*>(sc.q16.get()), G, D, unit, ahead, s, row);
-      softmax_unit(it.kv_head * G, G, t, query_pos, n, row, s, sc, p.variant.scale, acc_t);
-      // Token pairs of bf16 weights, zero past n.
-      for (std::int64_t r = 0; r < kUnit / 2; ++r) {
-        for (std::int64_t g = 0; g < G; ++g) {
-          const std::uint32_t lo = 2 * r < n ? float_to_bf16(s[2 * r * row + g]) : 0u;
-          const std::uint32_t hi = 2 * r + 1 < n ? float_to_bf16(s[(2 * r + 1) * row + g]) : 0u;
-          w_pairs[r * G + g] = lo | hi << 16;
-        }
+      const std::int64_t na = ta < it.end ? unit_end(ta) - ta : 0;
+      const bool direct = in_place(t, n, 0).k != nullptr;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const SplitUnit unit = direct ? in_place(t, n, h) : gather_k(t, n, h);
+        const SplitUnit ahead = na > 0 ? in_place(ta, na, h) : SplitUnit{};
+        amx_split_logits_unit(q_pairs + h * (D / 2) * G, G, D, unit, ahead, s + h * G, row);
       }
-      amx_split_accumulate_unit(acc_t, G, D, unit, w_pairs, ahead);
+      softmax_unit(it.kv_head * G, HG, t, query_pos, n, row, s, sc, p.variant.scale, acc_t);
+      for (std::int64_t h = 0; h < heads; ++h) {
+        // Token pairs of bf16 weights, zero past n.
+        for (std::int64_t r = 0; r < kUnit / 2; ++r) {
+          for (std::int64_t g = 0; g < G; ++g) {
+            const std::uint32_t lo = 2 * r < n ? float_to_bf16(s[2 * r * row + h * G + g]) : 0u;
+            const std::uint32_t hi = 2 * r + 1 < n ? float_to_bf16(s[(2 * r + 1) * row + h * G + g]) : 0u;
+            w_pairs[r * G + g] = lo | hi << 16;
+          }
+        }
+        const SplitUnit unit = direct ? in_place(t, n, h) : gather_v(t, n, h);
+        const SplitUnit ahead = na > 0 ? in_place(ta, na, h) : SplitUnit{};
+        amx_split_accumulate_unit(acc_t + h * G, HG, G, D, unit, w_pairs, ahead);
+      }
       t = t1;
     }
   }
@@ -874,14 +890,14 @@ struct DecodeKernel {
 };
 
 // vLLM's split layout on AMX tiles (attend_split_units): bf16 q, cache and output (the weights
-// are rounded to bf16), one KV head per item, a group that fits a tile's 16 columns, 8-dim K
+// are rounded to bf16), a group that fits a tile's 16 columns, 8-dim K
 // chunks of 16-byte token rows, V rows of contiguous tokens; where the process has AMX
 // (decode_bf16_amx_logits, so PAGEDATTN_CPU_DECODE_AMX=0 keeps the f32 gather).
-bool split_amx_applies(const AttentionProblem& p, std::int64_t heads_per_item) {
+bool split_amx_applies(const AttentionProblem& p) {
   const auto& k = p.kv.k;
   const auto& v = p.kv.v;
   return p.kv.dtype == DType::kBF16 && p.qo.q_dtype == DType::kBF16 && p.qo.out_dtype == DType::kBF16 &&
-         heads_per_item == 1 && p.group_size() <= 16 && p.head_dim % 16 == 0 && k.chunk_len == 8 &&
+         p.group_size() <= 16 && p.head_dim % 16 == 0 && k.chunk_len == 8 &&
          k.elem_stride == 1 && k.token_stride == 8 && v.token_stride == 1 && decode_bf16_amx_logits();
 }
 
@@ -901,7 +917,7 @@ bool bf16_fma_units_apply(const AttentionProblem& p) {
 // Whether the plan should give each item all KV heads of its keys whatever the layout: the
 // bf16 FMA units, whose per-head loops take any head stride (HND: a unit is a whole page, each
 // head's 16 rows one contiguous block).
-bool HeadsTogetherImpl(const AttentionProblem& p) { return bf16_fma_units_apply(p); }
+bool HeadsTogetherImpl(const AttentionProblem& p) { return bf16_fma_units_apply(p) || split_amx_applies(p); }
 
 template <DType kCacheT>
 void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
@@ -933,7 +949,7 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
     DecodeKernel<kCacheT, true>{p, G, D, H, false, 0, units, copy_v}.run(plan, part, threads);
   } else {
     if constexpr (kCacheT == DType::kBF16) {
-      if (split_amx_applies(p, H)) {
+      if (split_amx_applies(p)) {
         DecodeKernel<kCacheT, false> kernel{p, G, D, H};
         kernel.split_amx = true;
         kernel.run(plan, part, threads);

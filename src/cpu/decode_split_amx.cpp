@@ -68,19 +68,20 @@ PAGEDATTN_AMX_TARGET void amx_split_logits_unit(const std::uint32_t* q_pairs, st
   _tile_stored(0, s, static_cast<long>(s_row * 4));
 }
 
-PAGEDATTN_AMX_TARGET void amx_split_accumulate_unit(float* acc_t, std::int64_t group, std::int64_t head_dim,
-                                                    const SplitUnit& unit, const std::uint32_t* w_pairs,
-                                                    const SplitUnit& ahead) {
-  const long acc_row_bytes = static_cast<long>(group * 4), v_stride = static_cast<long>(unit.v_dim_bytes);
+PAGEDATTN_AMX_TARGET void amx_split_accumulate_unit(float* acc_t, std::int64_t acc_stride, std::int64_t group,
+                                                    std::int64_t head_dim, const SplitUnit& unit,
+                                                    const std::uint32_t* w_pairs, const SplitUnit& ahead) {
+  const long w_row_bytes = static_cast<long>(group * 4), acc_row_bytes = static_cast<long>(acc_stride * 4);
+  const long v_stride = static_cast<long>(unit.v_dim_bytes);
   const std::int64_t blocks = head_dim / 16;
-  _tile_loadd(7, w_pairs, acc_row_bytes);
+  _tile_loadd(7, w_pairs, w_row_bytes);
   std::int64_t b = 0;
   // Two blocks a step on two C tiles, so that one block's load need not wait for the other's
   // product to be stored.
   for (; b + 2 <= blocks; b += 2) {
     prefetch_v_rows(ahead, b * 16, b * 16 + 32);
-    float* c0 = acc_t + b * 16 * group;
-    float* c1 = c0 + 16 * group;
+    float* c0 = acc_t + b * 16 * acc_stride;
+    float* c1 = c0 + 16 * acc_stride;
     _tile_loadd(0, c0, acc_row_bytes);
     _tile_loadd(6, unit.v + b * 16 * unit.v_dim_bytes, v_stride);
     _tile_dpbf16ps(0, 6, 7);
@@ -92,7 +93,7 @@ PAGEDATTN_AMX_TARGET void amx_split_accumulate_unit(float* acc_t, std::int64_t g
   }
   if (b < blocks) {
     prefetch_v_rows(ahead, b * 16, b * 16 + 16);
-    float* c0 = acc_t + b * 16 * group;
+    float* c0 = acc_t + b * 16 * acc_stride;
     _tile_loadd(0, c0, acc_row_bytes);
     _tile_loadd(6, unit.v + b * 16 * unit.v_dim_bytes, v_stride);
     _tile_dpbf16ps(0, 6, 7);

@@ -34,10 +34,11 @@ void amx_split_tiles_begin(std::int64_t group);
 void amx_split_logits_unit(const std::uint32_t* q_pairs, std::int64_t group, std::int64_t head_dim,
                            const SplitUnit& unit, const SplitUnit& ahead, float* s, std::int64_t s_row);
 
-// acc_t[d * group + g] += sum_j w[j][g] v[d][j] for the unit's 16 tokens, w_pairs [8][group]
-// u32 (row r: the bf16 weights of tokens 2r, 2r + 1 of each query head). `ahead`: as above, V.
-void amx_split_accumulate_unit(float* acc_t, std::int64_t group, std::int64_t head_dim,
-                               const SplitUnit& unit, const std::uint32_t* w_pairs,
-                               const SplitUnit& ahead);
+// acc_t[d * acc_stride + g] += sum_j w[j][g] v[d][j] for the unit's 16 tokens and g < group,
+// w_pairs [8][group] u32 (row r: the bf16 weights of tokens 2r, 2r + 1 of each query head).
+// `ahead`: as above, V.
+void amx_split_accumulate_unit(float* acc_t, std::int64_t acc_stride, std::int64_t group,
+                               std::int64_t head_dim, const SplitUnit& unit,
+                               const std::uint32_t* w_pairs, const SplitUnit& ahead);
 
 }  // namespace pagedattn::cpu
