@@ -628,7 +628,8 @@ struct DecodeKernel {
                                r.k[1] - r.k[0], kh_bytes, ahead ? next_k : nullptr, s, row);
         logit_scale = p.variant.scale;
       } else if (bf16 && fma) {
-        bf16_decode_logits_heads_fma(sc.q.get(), D, heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row, span);
+        bf16_decode_logits_heads_fma(sc.q.get(), D, heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row, span,
+                                     kCacheT == DType::kF16);
       } else if (bf16) {
         bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
                                  ahead ? next_k : nullptr, s, row, span);
@@ -654,7 +655,7 @@ struct DecodeKernel {
         }
         if (bf16 && fma) {
           bf16_decode_accumulate_fma(sc.acc16.get() + hi * G * Dp, G, D, head_rows, s + hi * G, 1, row,
-                                     ahead ? pf_v : nullptr);
+                                     ahead ? pf_v : nullptr, kCacheT == DType::kF16);
         } else if (bf16) {
           bf16_decode_accumulate_pairs(sc.acc16.get() + hi * G * Dp, G, D, head_rows, w + hi * G, 1,
                                        row, nullptr, ahead ? pf_v : nullptr);
@@ -917,7 +918,17 @@ bool bf16_fma_units_apply(const AttentionProblem& p) {
 // Whether the plan should give each item all KV heads of its keys whatever the layout: the
 // bf16 FMA units, whose per-head loops take any head stride (HND: a unit is a whole page, each
 // head's 16 rows one contiguous block).
-bool HeadsTogetherImpl(const AttentionProblem& p) { return bf16_fma_units_apply(p) || split_amx_applies(p); }
+// f16 caches on the same FMA units (the chunks converted into their pair order), any q and output
+// dtype (the weights stay f32), where the core takes the FMA units for bf16.
+bool f16_fma_units_apply(const AttentionProblem& p) {
+  return p.kv.dtype == DType::kF16 && p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim) &&
+         bf16_dot_supported() && p.head_dim % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas() &&
+         !detail::env_switched_off("PAGEDATTN_CPU_DECODE_F16_FMA");
+}
+
+bool HeadsTogetherImpl(const AttentionProblem& p) {
+  return bf16_fma_units_apply(p) || f16_fma_units_apply(p) || split_amx_applies(p);
+}
 
 template <DType kCacheT>
 void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, int threads) {
@@ -929,6 +940,12 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
       // and their logits on AMX tiles where the process has them (decode_bf16_amx_logits).
       const bool amx = fma && G <= 16 && decode_bf16_amx_logits();
       DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, fma, amx}.run(plan, part, threads);
+      return;
+    }
+  }
+  if constexpr (kCacheT == DType::kF16) {
+    if (f16_fma_units_apply(p)) {
+      DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, true, false}.run(plan, part, threads);
       return;
     }
   }
