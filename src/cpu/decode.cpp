@@ -629,7 +629,7 @@ struct DecodeKernel {
         logit_scale = p.variant.scale;
       } else if (bf16 && fma) {
         bf16_decode_logits_heads_fma(sc.q.get(), D, heads, G, D, r, kh_bytes, ahead ? next_k : nullptr, s, row, span,
-                                     kCacheT == DType::kF16);
+                                     kCacheT);
       } else if (bf16) {
         bf16_decode_logits_heads(sc.q16.get(), Dp, heads, G, D, p.variant.scale, r, kh_bytes,
                                  ahead ? next_k : nullptr, s, row, span);
@@ -655,7 +655,7 @@ struct DecodeKernel {
         }
         if (bf16 && fma) {
           bf16_decode_accumulate_fma(sc.acc16.get() + hi * G * Dp, G, D, head_rows, s + hi * G, 1, row,
-                                     ahead ? pf_v : nullptr, kCacheT == DType::kF16);
+                                     ahead ? pf_v : nullptr, kCacheT);
         } else if (bf16) {
           bf16_decode_accumulate_pairs(sc.acc16.get() + hi * G * Dp, G, D, head_rows, w + hi * G, 1,
                                        row, nullptr, ahead ? pf_v : nullptr);
@@ -918,16 +918,18 @@ bool bf16_fma_units_apply(const AttentionProblem& p) {
 // Whether the plan should give each item all KV heads of its keys whatever the layout: the
 // bf16 FMA units, whose per-head loops take any head stride (HND: a unit is a whole page, each
 // head's 16 rows one contiguous block).
-// f16 caches on the same FMA units (the chunks converted into their pair order), any q and output
-// dtype (the weights stay f32), where the core takes the FMA units for bf16.
-bool f16_fma_units_apply(const AttentionProblem& p) {
-  return p.kv.dtype == DType::kF16 && p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim) &&
-         bf16_dot_supported() && p.head_dim % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas() &&
-         !detail::env_switched_off("PAGEDATTN_CPU_DECODE_F16_FMA");
+// f16 and fp8 caches on the same FMA units (the chunks converted into their pair order; fp8's
+// scales as on the other kernels: k_scale in q, v_scale on the output), any q and output dtype
+// (the weights stay f32), where the core takes the FMA units for bf16.
+// PAGEDATTN_CPU_DECODE_WIDE_FMA=0 keeps them on the f32 units.
+bool wide_fma_units_apply(const AttentionProblem& p) {
+  return (p.kv.dtype == DType::kF16 || is_fp8(p.kv.dtype)) && p.kv.k.dim_contiguous(p.head_dim) &&
+         p.kv.v.dim_contiguous(p.head_dim) && bf16_dot_supported() && p.head_dim % 32 == 0 &&
+         dim_pair_block() == 32 && decode_bf16_on_fmas() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_WIDE_FMA");
 }
 
 bool HeadsTogetherImpl(const AttentionProblem& p) {
-  return bf16_fma_units_apply(p) || f16_fma_units_apply(p) || split_amx_applies(p);
+  return bf16_fma_units_apply(p) || wide_fma_units_apply(p) || split_amx_applies(p);
 }
 
 template <DType kCacheT>
@@ -943,8 +945,8 @@ void run_dtype(const AttentionProblem& p, const DecodePlan& plan, float* part, i
       return;
     }
   }
-  if constexpr (kCacheT == DType::kF16) {
-    if (f16_fma_units_apply(p)) {
+  if constexpr (kCacheT == DType::kF16 || is_fp8(kCacheT)) {
+    if (wide_fma_units_apply(p)) {
       DecodeKernel<kCacheT, true>{p, G, D, H, true, bf16_padded_dim(D), false, false, true, false}.run(plan, part, threads);
       return;
     }

@@ -50,17 +50,42 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void split_pairs(__m
   odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
-// Chunk [c, c + 32) of a row as split_pairs leaves it, the row's elements being bf16 or (kF16)
-// IEEE halves: the even dims are the 32-bit lanes' low halves (VPMOVDW), the odd ones the high.
-template <bool kF16>
+// Bytes of one cache element of the rows the FMA units read.
+template <DType kT>
+inline constexpr std::int64_t kElemBytes = is_fp8(kT) ? 1 : 2;
+
+// Chunk [c, c + 32) of a row as split_pairs leaves it, the row's elements being bf16 (kT), IEEE
+// halves or fp8 codes (widened to halves): a half's even dims are the 32-bit lanes' low halves
+// (VPMOVDW), the odd ones the high halves. fp8 comes unscaled (e4m3 exactly: its codes moved
+// into a half's fields are the value times 2^-8, scaled back here).
+template <DType kT>
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void load_split(const std::byte* row, std::int64_t c,
                                                                           __m512& even, __m512& odd) {
-  const __m512i x = load_chunk(row, c, ~__mmask32{0});
-  if constexpr (kF16) {
-    even = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
-    odd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+  if constexpr (kT == DType::kBF16) {
+    split_pairs(load_chunk(row, c, ~__mmask32{0}), even, odd);
   } else {
-    split_pairs(x, even, odd);
+    __m512i half;
+    if constexpr (kT == DType::kF16) {
+      half = load_chunk(row, c, ~__mmask32{0});
+    } else {
+      const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c)));
+      if constexpr (kT == DType::kF8E5M2) {
+        half = _mm512_slli_epi16(b, 8);  // e5m2 is the upper byte of a half
+      } else {
+        static_assert(kT == DType::kF8E4M3);
+        const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
+        half = _mm512_or_si512(_mm512_slli_epi16(_mm512_xor_si512(b, mag), 8), _mm512_slli_epi16(mag, 7));
+        // 0x7f and 0xff are NaN.
+        half = _mm512_mask_mov_epi16(half, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f)),
+                                     _mm512_set1_epi16(0x7e00));
+      }
+    }
+    even = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half));
+    odd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(half, 16)));
+    if constexpr (kT == DType::kF8E4M3) {
+      even = _mm512_mul_ps(even, _mm512_set1_ps(256.0f));
+      odd = _mm512_mul_ps(odd, _mm512_set1_ps(256.0f));
+    }
   }
 }
 
@@ -70,7 +95,7 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void load_split(cons
 // chunk's 16 even dims, then its 16 odd ones; head_dim a multiple of 32), the K chunks split into
 // the same order, two FMAs a chunk: twice the instructions for the same products, which pays
 // where VDPBF16PS issues at under half the FMA rate (decode_bf16.h).
-template <int kG, class Q, bool kF16 = false>
+template <int kG, class Q, DType kT = DType::kBF16>
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad(
     const Q* q, std::int64_t q_stride, std::int64_t D, const std::byte* const* k,
     __m512 (&a)[4][kG]) {
@@ -84,7 +109,7 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void dot_quad(
     if constexpr (std::is_same_v<Q, float>) {
       __m512 e[kTok], o[kTok];
       #pragma GCC unroll 16
-      for (int t = 0; t < kTok; ++t) load_split<kF16>(k[t], c, e[t], o[t]);
+      for (int t = 0; t < kTok; ++t) load_split<kT>(k[t], c, e[t], o[t]);
       #pragma GCC unroll 16
       for (int g = 0; g < kG; ++g) {
         const __m512 qe = _mm512_load_ps(q + g * q_stride + c), qo = _mm512_load_ps(q + g * q_stride + c + kLanes);
@@ -146,13 +171,13 @@ PAGEDATTN_BF16_TARGET void logits_tile(const std::uint16_t* q, std::int64_t q_st
 // Logits of kG query heads (rows q[g * q_stride]) for the four token rows k[0..3] of one KV
 // head, stored token-major: s[t * s_row + g] for the first `ntok` tokens t.
 // Q: std::uint16_t (bf16 q, VDPBF16PS) or float (pair-ordered f32 q, FMAs).
-template <int kG, class Q, bool kF16 = false>
+template <int kG, class Q, DType kT = DType::kBF16>
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void logits_quad(
     const Q* q, std::int64_t q_stride, std::int64_t D, __m128 vscale,
     const std::byte* const* k, std::int64_t ntok, float* s, std::int64_t s_row) {
   constexpr int kTok = 4;
   __m512 a[kTok][kG];
-  dot_quad<kG, Q, kF16>(q, q_stride, D, k, a);
+  dot_quad<kG, Q, kT>(q, q_stride, D, k, a);
   if constexpr (kG == 4) {
     // One transposing reduction per token gives its four heads' logits.
     #pragma GCC unroll 16
@@ -243,7 +268,7 @@ PAGEDATTN_BF16_TARGET void accumulate_tile(float* acc, std::int64_t acc_stride, 
 // accumulate_tile on f32 FMAs, one key per step: acc chunks in pair order (16 even dims, then
 // 16 odd ones), the f32 weights w[j * w_j + g * w_g] (not rounded to bf16), V chunks split into
 // the same order. The next unit's V rows are prefetched as by accumulate_tile (kC chunks a key).
-template <int kG, int kC, bool kF16 = false>
+template <int kG, int kC, DType kT = DType::kBF16>
 PAGEDATTN_BF16_TARGET void accumulate_tile_fma(float* acc, std::int64_t acc_stride, std::int64_t c0,
                                                const BlockRows& rows, const float* w, std::int64_t w_g,
                                                std::int64_t w_j, const std::byte* const* pf_v) {
@@ -253,11 +278,11 @@ PAGEDATTN_BF16_TARGET void accumulate_tile_fma(float* acc, std::int64_t acc_stri
   for (std::int64_t j = 0; j < n; ++j) {
     if (pf_v != nullptr) {
       #pragma GCC unroll 16
-      for (int k = 0; k < kC; ++k) __builtin_prefetch(pf_v[j] + (c0 + k * kChunk) * 2, 0, kAheadLocality);
+      for (int k = 0; k < kC; ++k) __builtin_prefetch(pf_v[j] + (c0 + k * kChunk) * kElemBytes<kT>, 0, kAheadLocality);
     }
     __m512 e[kC], o[kC];
     #pragma GCC unroll 16
-    for (int k = 0; k < kC; ++k) load_split<kF16>(rows.v[j], c0 + k * kChunk, e[k], o[k]);
+    for (int k = 0; k < kC; ++k) load_split<kT>(rows.v[j], c0 + k * kChunk, e[k], o[k]);
     const float* wj = w + j * w_j;
     #pragma GCC unroll 16
     for (int g = 0; g < kG; ++g) {
@@ -314,7 +339,7 @@ PAGEDATTN_BF16_TARGET void bf16_decode_logits(const std::uint16_t* q, std::int64
 
 namespace {
 
-template <class Q, bool kF16 = false>
+template <class Q, DType kT = DType::kBF16>
 PAGEDATTN_BF16_TARGET void logits_heads(const Q* q, std::int64_t q_stride, std::int64_t heads,
                                         std::int64_t group, std::int64_t head_dim, float scale,
                                         const BlockRows& rows, std::int64_t k_head_bytes,
@@ -341,20 +366,20 @@ PAGEDATTN_BF16_TARGET void logits_heads(const Q* q, std::int64_t q_stride, std::
       if (next_k) {  // the same quad and head of the next unit
         #pragma GCC unroll 16
         for (int t = 0; t < kTok; ++t) {
-          for (std::int64_t off = 0; off < D * 2; off += 64) __builtin_prefetch(next_k[j + t] + h * k_head_bytes + off, 0, kAheadLocality);
+          for (std::int64_t off = 0; off < D * kElemBytes<kT>; off += 64) __builtin_prefetch(next_k[j + t] + h * k_head_bytes + off, 0, kAheadLocality);
         }
       }
       const Q* qh = q + h * G * q_stride;
       float* sh = s + j * s_row + h * G;
       std::int64_t g0 = 0;
       for (; g0 + 4 <= G; g0 += 4) {
-        logits_quad<4, Q, kF16>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
+        logits_quad<4, Q, kT>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
       }
       if (g0 + 2 <= G) {
-        logits_quad<2, Q, kF16>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
+        logits_quad<2, Q, kT>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
         g0 += 2;
       }
-      if (g0 < G) logits_quad<1, Q, kF16>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
+      if (g0 < G) logits_quad<1, Q, kT>(qh + g0 * q_stride, q_stride, D, vscale, k, ntok, sh + g0, s_row);
     }
   }
 }
@@ -378,16 +403,21 @@ PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads_fma(const float* q, std::int
                                                         std::int64_t k_head_bytes,
                                                         const std::byte* const* next_k,
                                                         float* s, std::int64_t s_row,
-                                                        std::int64_t jit_bytes, bool f16) {
-  if (f16) {
-    return logits_heads<float, true>(q, q_stride, heads, group, head_dim, 1.0f, rows, k_head_bytes, next_k, s,
-                                     s_row, jit_bytes);
+                                                        std::int64_t jit_bytes, DType rows_dtype) {
+  const auto run = [&]<DType kT>() {
+    logits_heads<float, kT>(q, q_stride, heads, group, head_dim, 1.0f, rows, k_head_bytes, next_k, s, s_row,
+                            jit_bytes);
+  };
+  switch (rows_dtype) {
+    case DType::kF16: return run.template operator()<DType::kF16>();
+    case DType::kF8E4M3: return run.template operator()<DType::kF8E4M3>();
+    case DType::kF8E5M2: return run.template operator()<DType::kF8E5M2>();
+    default: return run.template operator()<DType::kBF16>();
   }
-  logits_heads(q, q_stride, heads, group, head_dim, 1.0f, rows, k_head_bytes, next_k, s, s_row, jit_bytes);
 }
 
 namespace {
-template <bool kF16>
+template <DType kT>
 PAGEDATTN_BF16_TARGET void accumulate_fma(float* acc, std::int64_t group, std::int64_t head_dim, const BlockRows& rows,
                                           const float* w, std::int64_t w_g, std::int64_t w_j,
                                           const std::byte* const* pf_v) {
@@ -396,11 +426,11 @@ PAGEDATTN_BF16_TARGET void accumulate_fma(float* acc, std::int64_t group, std::i
     constexpr int kC = kG >= 4 ? 2 : 4 / kG;
     std::int64_t c = 0;
     for (; c + kC * kChunk <= head_dim; c += kC * kChunk) {
-      accumulate_tile_fma<kG, kC, kF16>(acc + g0 * head_dim, head_dim, c, rows, w + g0 * w_g, w_g, w_j,
+      accumulate_tile_fma<kG, kC, kT>(acc + g0 * head_dim, head_dim, c, rows, w + g0 * w_g, w_g, w_j,
                                         g0 == 0 ? pf_v : nullptr);
     }
     for (; c < head_dim; c += kChunk) {
-      accumulate_tile_fma<kG, 1, kF16>(acc + g0 * head_dim, head_dim, c, rows, w + g0 * w_g, w_g, w_j,
+      accumulate_tile_fma<kG, 1, kT>(acc + g0 * head_dim, head_dim, c, rows, w + g0 * w_g, w_g, w_j,
                                        g0 == 0 ? pf_v : nullptr);
     }
   });
@@ -410,9 +440,13 @@ PAGEDATTN_BF16_TARGET void accumulate_fma(float* acc, std::int64_t group, std::i
 PAGEDATTN_BF16_TARGET void bf16_decode_accumulate_fma(float* acc, std::int64_t group, std::int64_t head_dim,
                                                       const BlockRows& rows, const float* w,
                                                       std::int64_t w_g, std::int64_t w_j,
-                                                      const std::byte* const* pf_v, bool f16) {
-  if (f16) return accumulate_fma<true>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
-  accumulate_fma<false>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
+                                                      const std::byte* const* pf_v, DType rows_dtype) {
+  switch (rows_dtype) {
+    case DType::kF16: return accumulate_fma<DType::kF16>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
+    case DType::kF8E4M3: return accumulate_fma<DType::kF8E4M3>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
+    case DType::kF8E5M2: return accumulate_fma<DType::kF8E5M2>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
+    default: return accumulate_fma<DType::kBF16>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
+  }
 }
 
 PAGEDATTN_BF16_TARGET void bf16_decode_accumulate(float* acc, std::int64_t group,

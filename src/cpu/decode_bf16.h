@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "pagedattn/dtype.h"
+
 #include "cpu/cpu_features.h"
 #include "cpu/decode_rows.h"
 
@@ -51,16 +53,17 @@ void bf16_decode_logits_heads_fma(const float* q, std::int64_t q_stride, std::in
                                   std::int64_t group, std::int64_t head_dim, const BlockRows& rows,
                                   std::int64_t k_head_bytes, const std::byte* const* next_k,
                                   float* s, std::int64_t s_row, std::int64_t jit_bytes,
-                                  bool f16 = false);
+                                  DType rows_dtype = DType::kBF16);
 
 // acc[g] += sum_j w[j * w_j + g * w_g] * v[j] for g < group, j < rows.n on f32 FMAs, acc
 // [group][head_dim] in the pair order above (head_dim a multiple of 32), f32 weights. pf_v (if
 // any): the next unit's V rows of this head, prefetched along as by the pairs kernel.
-// Both *_fma entry points also take rows of IEEE halves (f16): the same loops, each chunk
-// converted into the same pair order.
+// Both *_fma entry points also take rows of IEEE halves or fp8 codes (rows_dtype): the same loops,
+// each chunk converted into the same pair order (fp8 unscaled).
 void bf16_decode_accumulate_fma(float* acc, std::int64_t group, std::int64_t head_dim,
                                 const BlockRows& rows, const float* w, std::int64_t w_g,
-                                std::int64_t w_j, const std::byte* const* pf_v, bool f16 = false);
+                                std::int64_t w_j, const std::byte* const* pf_v,
+                                DType rows_dtype = DType::kBF16);
 
 // w[(j / 2) * width + i] = bf16(e[j * row + i]) | bf16(e[(j + 1) * row + i]) << 16 for even
 // j < n and i < width (a multiple of 16); the partner of an odd n's last token is zero.
