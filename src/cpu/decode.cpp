@@ -376,16 +376,17 @@ struct DecodeKernel {
   // With fma: the logits of whole 16-token units of evenly spaced rows on AMX tiles
   // (amx_decode_logits_unit; q as dim pairs in sc.q16), the rest on FMAs.
   bool amx = false;
-  // vLLM's split layout (bf16, one KV head per item) on AMX tiles in place of the f32 gather:
-  // see attend_split_units().
+  // vLLM's split layout (bf16) on AMX tiles in place of the f32 gather: see
+  // attend_split_units().
   bool split_amx = false;
   // Gathered layouts whose V dims are strided (vLLM: V pages [dim][token]): V is gathered
   // dim-major into sc.v_tile [D][kBlock] and accumulated by block_accumulate_dim_major.
   bool v_dim_major() const { return !kDirect && p.kv.v.elem_stride != 1; }
-  // Keys in token-major units (attend_units()): several heads per item (NHD) on either kernel
-  // family, and one head per item (HND) too on the bf16 FMA units, whose AMX logits take a
-  // head's 16 rows of a page as one tile (measured: ~30% less compute per (key, KV head) than
-  // attend_keys' VDPBF16PS blocks on a core that issues those slowly, ~5% faster from DRAM).
+  // Keys in token-major units (attend_units()): several heads per item on either kernel family
+  // (NHD; HND too where the plan gives its items all heads, see HeadsTogetherImpl), and a single
+  // head per item as well on the FMA units, whose AMX logits take a head's 16 rows of a page as
+  // one tile (measured: ~30% less compute per (key, KV head) than attend_keys' VDPBF16PS blocks
+  // on a core that issues those slowly).
   bool token_major() const { return (bf16 && fma) || ((bf16 || units) && heads > 1); }
   // q and the accumulators in load_dim_pair's pair order (f32 units over a bf16 cache).
   bool pair_order() const { return token_major() && !bf16 && kPairOrder<kCacheT>; }
