@@ -910,25 +910,28 @@ bool bf16_kernels_apply(const AttentionProblem& p) {
          p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim) && bf16_dot_supported();
 }
 
-// ... on f32 FMAs in token-major units (whole 32-dim pair blocks) where this core issues them
-// well ahead of VDPBF16PS (decode_bf16_on_fmas).
-bool bf16_fma_units_apply(const AttentionProblem& p) {
-  return bf16_kernels_apply(p) && p.head_dim % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
+// Whether the FMA units of decode_bf16.h take this problem's rows, whatever their dtype:
+// dim-contiguous, whole 32-dim pair blocks, on a core that issues f32 FMAs well ahead of
+// VDPBF16PS (decode_bf16_on_fmas).
+bool fma_units_take_rows(const AttentionProblem& p) {
+  return p.kv.k.dim_contiguous(p.head_dim) && p.kv.v.dim_contiguous(p.head_dim) && bf16_dot_supported() &&
+         p.head_dim % 32 == 0 && dim_pair_block() == 32 && decode_bf16_on_fmas();
 }
 
-// Whether the plan should give each item all KV heads of its keys whatever the layout: the
-// bf16 FMA units, whose per-head loops take any head stride (HND: a unit is a whole page, each
-// head's 16 rows one contiguous block).
+// bf16 caches on the FMA units.
+bool bf16_fma_units_apply(const AttentionProblem& p) { return bf16_kernels_apply(p) && fma_units_take_rows(p); }
+
 // f16 and fp8 caches on the same FMA units (the chunks converted into their pair order; fp8's
 // scales as on the other kernels: k_scale in q, v_scale on the output), any q and output dtype
-// (the weights stay f32), where the core takes the FMA units for bf16.
-// PAGEDATTN_CPU_DECODE_WIDE_FMA=0 keeps them on the f32 units.
+// (the weights stay f32). PAGEDATTN_CPU_DECODE_WIDE_FMA=0 keeps them on the f32 units.
 bool wide_fma_units_apply(const AttentionProblem& p) {
-  return (p.kv.dtype == DType::kF16 || is_fp8(p.kv.dtype)) && p.kv.k.dim_contiguous(p.head_dim) &&
-         p.kv.v.dim_contiguous(p.head_dim) && bf16_dot_supported() && p.head_dim % 32 == 0 &&
-         dim_pair_block() == 32 && decode_bf16_on_fmas() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_WIDE_FMA");
+  return (p.kv.dtype == DType::kF16 || is_fp8(p.kv.dtype)) && fma_units_take_rows(p) &&
+         !detail::env_switched_off("PAGEDATTN_CPU_DECODE_WIDE_FMA");
 }
 
+// Whether the plan should give each item all KV heads of its keys whatever the layout: the FMA
+// units, whose per-head loops take any head stride (HND: a unit is then a whole page, each
+// head's 16 rows one contiguous block), and the split-layout AMX units.
 bool HeadsTogetherImpl(const AttentionProblem& p) {
   return bf16_fma_units_apply(p) || wide_fma_units_apply(p) || split_amx_applies(p);
 }

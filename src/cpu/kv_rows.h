@@ -23,7 +23,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 #include <hwy/highway.h>
