@@ -391,6 +391,9 @@ struct DecodeKernel {
   // q and the accumulators in load_dim_pair's pair order (f32 units over a bf16 cache).
   bool pair_order() const { return token_major() && !bf16 && kPairOrder<kCacheT>; }
 
+  // The factor the FMA units' products of this cache's rows are short of (kE4m3RowScale).
+  float fma_row_scale() const { return bf16 && fma && kCacheT == DType::kF8E4M3 ? kE4m3RowScale : 1.0f; }
+
   // Row pointers of head `kh` for keys [t0, t0 + n) of the item's sequence (page-table lookup
   // once per page). Gathered layouts are converted into the thread's f32 tiles here.
   void fill_rows(const detail::SeqPages& pages, std::int64_t kh, std::int64_t t0, std::int64_t n,
@@ -502,7 +505,7 @@ struct DecodeKernel {
     const auto q_elem = static_cast<std::int64_t>(dtype_size(qo.q_dtype));
     for (std::int64_t hi = 0; hi < heads; ++hi) {
       const std::int64_t kh = h0 + hi;
-      const float q_scale = p.variant.scale * (is_fp8(kCacheT) ? p.kv.k_scale_of(kh) : 1.0f);
+      const float q_scale = p.variant.scale * (is_fp8(kCacheT) ? p.kv.k_scale_of(kh) : 1.0f) * fma_row_scale();
       for (std::int64_t g = 0; g < G; ++g) {
         const std::byte* qrow =
             qo.q + (p.q_begin(s) * qo.q_token_stride + (kh * G + g) * qo.q_head_stride) * q_elem;
@@ -555,7 +558,8 @@ struct DecodeKernel {
       }
     }
     if (bf16 && fma) {  // Dp == D here
-      std::copy_n(sc.acc16.get(), heads * G * D, sc.acc.get());
+      const float row_scale = fma_row_scale();
+      std::transform(sc.acc16.get(), sc.acc16.get() + heads * G * D, sc.acc.get(), [row_scale](float x) { return x * row_scale; });
       for (std::int64_t i = 0; i < heads * G; ++i) unpermute_dim_pairs(sc.acc.get() + i * D, D);
     } else if (bf16) {
       for (std::int64_t i = 0; i < heads * G; ++i) {

@@ -55,36 +55,37 @@ template <DType kT>
 inline constexpr std::int64_t kElemBytes = is_fp8(kT) ? 1 : 2;
 
 // Chunk [c, c + 32) of a row as split_pairs leaves it, the row's elements being bf16 (kT), IEEE
-// halves or fp8 codes (widened to halves): a half's even dims are the 32-bit lanes' low halves
-// (VPMOVDW), the odd ones the high halves. fp8 comes unscaled (e4m3 exactly: its codes moved
-// into a half's fields are the value times 2^-8, scaled back here).
+// halves or fp8 codes: a half's even dims are the 32-bit lanes' low halves (VPMOVDW), the odd ones
+// the high halves. fp8 comes unscaled, and e4m3 as its value / kE4m3RowScale: each code
+// goes into the upper byte of a 16-bit lane, even codes (shifted up) and odd ones (masked) apart,
+// which for e5m2 is already its half; e4m3's sign stays and its 7 magnitude bits move down one
+// into a half's exponent and mantissa, exact for subnormals too (bias 15 against 7), with the
+// NaN codes made a half NaN. About half the instructions of widening the bytes first.
 template <DType kT>
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void load_split(const std::byte* row, std::int64_t c,
                                                                           __m512& even, __m512& odd) {
   if constexpr (kT == DType::kBF16) {
     split_pairs(load_chunk(row, c, ~__mmask32{0}), even, odd);
-  } else {
-    __m512i half;
-    if constexpr (kT == DType::kF16) {
-      half = load_chunk(row, c, ~__mmask32{0});
-    } else {
-      const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c)));
-      if constexpr (kT == DType::kF8E5M2) {
-        half = _mm512_slli_epi16(b, 8);  // e5m2 is the upper byte of a half
-      } else {
-        static_assert(kT == DType::kF8E4M3);
-        const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
-        half = _mm512_or_si512(_mm512_slli_epi16(_mm512_xor_si512(b, mag), 8), _mm512_slli_epi16(mag, 7));
-        // 0x7f and 0xff are NaN.
-        half = _mm512_mask_mov_epi16(half, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f)),
-                                     _mm512_set1_epi16(0x7e00));
-      }
-    }
+  } else if constexpr (kT == DType::kF16) {
+    const __m512i half = load_chunk(row, c, ~__mmask32{0});
     even = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half));
     odd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(half, 16)));
-    if constexpr (kT == DType::kF8E4M3) {
-      even = _mm512_mul_ps(even, _mm512_set1_ps(256.0f));
-      odd = _mm512_mul_ps(odd, _mm512_set1_ps(256.0f));
+  } else {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c));
+    const __m256i even_codes = _mm256_slli_epi16(codes, 8);
+    const __m256i odd_codes = _mm256_and_si256(codes, _mm256_set1_epi16(static_cast<short>(0xff00)));
+    if constexpr (kT == DType::kF8E5M2) {
+      even = _mm512_cvtph_ps(even_codes);
+      odd = _mm512_cvtph_ps(odd_codes);
+    } else {
+      static_assert(kT == DType::kF8E4M3);
+      const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(even_codes), odd_codes, 1);
+      __m512i half = _mm512_and_si512(_mm512_srai_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xbf80)));
+      // 0x7f and 0xff are NaN.
+      const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_slli_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xfe00)));
+      half = _mm512_mask_mov_epi16(half, nan, _mm512_set1_epi16(0x7e00));
+      even = _mm512_cvtph_ps(_mm512_castsi512_si256(half));
+      odd = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1));
     }
   }
 }

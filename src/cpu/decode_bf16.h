@@ -23,6 +23,10 @@
 
 namespace pagedattn::cpu {
 
+// What the FMA units' products of e4m3 rows are short of (their codes widened as IEEE halves:
+// bias 15 against e4m3's 7).
+inline constexpr float kE4m3RowScale = 256.0f;
+
 // Head dims padded for the bf16 kernels: whole 32-element chunks.
 inline std::int64_t bf16_padded_dim(std::int64_t head_dim) { return (head_dim + 31) / 32 * 32; }
 
@@ -59,7 +63,8 @@ void bf16_decode_logits_heads_fma(const float* q, std::int64_t q_stride, std::in
 // [group][head_dim] in the pair order above (head_dim a multiple of 32), f32 weights. pf_v (if
 // any): the next unit's V rows of this head, prefetched along as by the pairs kernel.
 // Both *_fma entry points also take rows of IEEE halves or fp8 codes (rows_dtype): the same loops,
-// each chunk converted into the same pair order (fp8 unscaled).
+// each chunk converted into the same pair order (fp8 without its scales, and e4m3 as its values
+// divided by kE4m3RowScale, which the caller puts back into q and the accumulators).
 void bf16_decode_accumulate_fma(float* acc, std::int64_t group, std::int64_t head_dim,
                                 const BlockRows& rows, const float* w, std::int64_t w_g,
                                 std::int64_t w_j, const std::byte* const* pf_v,
