@@ -51,12 +51,14 @@ std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p) {
   return tiles;
 }
 
-// AVX512-BF16 products for bf16 q and KV, on AMX tiles where the CPU has them and head_dim
-// allows (PAGEDATTN_CPU_AMX=0 keeps them on AVX512-BF16).
+// AVX512-BF16 products for bf16 q and a bf16 or fp8 KV (fp8 rows converted to bf16, which holds
+// every fp8 value exactly), on AMX tiles where the CPU has them and head_dim allows
+// (PAGEDATTN_CPU_AMX=0 keeps them on AVX512-BF16).
 TileProducts tile_products(const detail::AttentionProblem& p) {
   static const bool bf16 = bf16_dot_supported();
   static const bool amx = amx_tiles_enabled();
-  if (!bf16 || p.qo.q_dtype != DType::kBF16 || p.kv.dtype != DType::kBF16) return TileProducts::kF32;
+  const bool kv_as_bf16 = p.kv.dtype == DType::kBF16 || is_fp8(p.kv.dtype);
+  if (!bf16 || p.qo.q_dtype != DType::kBF16 || !kv_as_bf16) return TileProducts::kF32;
   return amx && p.head_dim % 32 == 0 ? TileProducts::kAmx : TileProducts::kBf16Dot;
 }
 

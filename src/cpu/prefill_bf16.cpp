@@ -173,6 +173,44 @@ PAGEDATTN_BF16_TARGET void bf16_pack_value_pairs(const std::uint16_t* const* val
   }
 }
 
+namespace {
+// 32 fp8 codes as 32 bf16: each code into the upper byte of a 16-bit lane, which for e5m2 is its
+// IEEE half; e4m3's sign stays and its magnitude bits move down one into a half's fields (the
+// value times 2^-8, subnormals included: bias 15 against 7), NaN codes to a half NaN; then
+// half -> f32 (e4m3 times 256) -> bf16, all exact.
+template <DType kT>
+PAGEDATTN_BF16_TARGET inline __m512i fp8_chunk_to_bf16(__m256i codes) {
+  const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(codes), 8);
+  __m512i half = x;
+  if constexpr (kT == DType::kF8E4M3) {
+    half = _mm512_and_si512(_mm512_srai_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xbf80)));
+    // 0x7f and 0xff are NaN.
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_slli_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xfe00)));
+    half = _mm512_mask_mov_epi16(half, nan, _mm512_set1_epi16(0x7e00));
+  }
+  __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(half));
+  __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1));
+  if constexpr (kT == DType::kF8E4M3) {
+    lo = _mm512_mul_ps(lo, _mm512_set1_ps(256.0f));
+    hi = _mm512_mul_ps(hi, _mm512_set1_ps(256.0f));
+  }
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+template <DType kT>
+PAGEDATTN_BF16_TARGET void fp8_row_to_bf16(const std::uint8_t* src, std::int64_t n, std::uint16_t* dst) {
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const auto m = static_cast<__mmask32>(n - i >= 32 ? ~0u : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_epi16(dst + i, m, fp8_chunk_to_bf16<kT>(_mm256_maskz_loadu_epi8(m, src + i)));
+  }
+}
+}  // namespace
+
+PAGEDATTN_BF16_TARGET void fp8_to_bf16(const std::uint8_t* src, DType dtype, std::int64_t n, std::uint16_t* dst) {
+  if (dtype == DType::kF8E4M3) fp8_row_to_bf16<DType::kF8E4M3>(src, n, dst);
+  else fp8_row_to_bf16<DType::kF8E5M2>(src, n, dst);
+}
+
 PAGEDATTN_BF16_TARGET void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys,
                                                   std::int64_t rows, std::int64_t rows_stride,
                                                   std::uint32_t* p_pairs) {

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/validate.h"
 #include "cpu/kv_rows.h"
 #include "cpu/prefill_tile.h"
 
@@ -79,16 +80,35 @@ void copy_rows_bf16(const detail::KVTensorAccess& t, std::int64_t page, std::int
   }
 }
 
+// dst [n][head_dim] = the bf16 of fp8 tokens [slot0, slot0 + n) of one page and head, any layout
+// (fp8 unscaled, exact).
+void fp8_rows_bf16(const detail::KVTensorAccess& t, DType dtype, std::int64_t page, std::int64_t head,
+                   std::int64_t slot0, std::int64_t n, std::int64_t head_dim, std::uint16_t* dst) {
+  const bool contiguous = t.dim_contiguous(head_dim);
+  std::uint8_t codes[detail::kMaxHeadDim];
+  for (std::int64_t r = 0; r < n; ++r) {
+    const auto* row = reinterpret_cast<const std::uint8_t*>(t.data) + t.offset(page, head, slot0 + r, 0);
+    if (!contiguous) {  // vLLM's split K (chunks of contiguous dims) or V (tokens contiguous)
+      for (std::int64_t d = 0; d < head_dim; ++d) {
+        codes[d] = row[(d / t.chunk_len) * t.chunk_stride + (d % t.chunk_len) * t.elem_stride];
+      }
+      row = codes;
+    }
+    fp8_to_bf16(row, dtype, head_dim, dst + r * head_dim);
+  }
+}
+
 // Points rows[n] at keys [j0, j0 + count) of tensor `t`, KV head `head`, in the compute format:
-// f32 rows (fp8 unscaled), or raw bf16 rows when `bf16`. Dim-contiguous rows already in that
-// format are used in place; the others are converted, one page run at a time, into `scratch`
-// ([kBlockKeys][head_dim] f32, or bf16 in its low half).
+// f32 rows (fp8 unscaled), or raw bf16 rows when `bf16` (bf16 caches, or fp8 ones converted
+// exactly). Dim-contiguous rows already in that format are used in place; the others are
+// converted, one page run at a time, into `scratch` ([kBlockKeys][head_dim] f32, or bf16 in its
+// low half).
 void locate_rows(const detail::KVCacheAccess& kv, const detail::KVTensorAccess& t,
                  const detail::SeqPages& pages, std::int64_t head, std::int64_t j0,
                  std::int64_t count, bool bf16, float* scratch, const void** rows) {
   const std::int64_t D = kv.head_dim, ps = kv.page_size;
   const auto esize = static_cast<std::int64_t>(dtype_size(kv.dtype));
-  const bool in_place = t.dim_contiguous(D) && (bf16 || kv.dtype == DType::kF32);
+  const bool in_place = t.dim_contiguous(D) && kv.dtype == (bf16 ? DType::kBF16 : DType::kF32);
   for (std::int64_t n = 0; n < count;) {
     const std::int64_t j = j0 + n;
     const std::int64_t page = pages.page(j / ps), slot = j % ps;
@@ -99,7 +119,8 @@ void locate_rows(const detail::KVCacheAccess& kv, const detail::KVTensorAccess& 
       }
     } else if (bf16) {
       auto* dst = reinterpret_cast<std::uint16_t*>(scratch) + n * D;
-      copy_rows_bf16(t, page, head, slot, run, D, dst);
+      if (is_fp8(kv.dtype)) fp8_rows_bf16(t, kv.dtype, page, head, slot, run, D, dst);
+      else copy_rows_bf16(t, page, head, slot, run, D, dst);
       for (std::int64_t r = 0; r < run; ++r) rows[n + r] = dst + r * D;
     } else {
       float* dst = scratch + n * D;
