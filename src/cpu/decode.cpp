@@ -691,14 +691,20 @@ struct DecodeKernel {
     const auto* q_pairs = reinterpret_cast<const std::uint32_t*>(sc.q16.get());
     std::fill_n(sc.m.get() + HG, row - HG, detail::kNegInf);
     std::fill_n(sc.l.get() + HG, row - HG, 0.0f);
-    // Head h's unit of n tokens from t read in place, if it lies inside one page (else k is null).
-    const auto in_place = [&](std::int64_t t, std::int64_t n, std::int64_t h) {
+    // The item's first head's unit of n tokens from t read in place, if it lies inside one page
+    // (else k is null); head h's is head_unit(that, h).
+    const auto in_place = [&](std::int64_t t, std::int64_t n) {
       const std::int64_t off = t % ps;
       if (n != kUnit || off + kUnit > ps) return SplitUnit{};
       const std::int64_t page = pages.page(t / ps);
-      return SplitUnit{k.data + k.offset(page, it.kv_head + h, off, 0) * kElem,
-                       v.data + v.offset(page, it.kv_head + h, off, 0) * kElem, k.chunk_stride * kElem,
+      return SplitUnit{k.data + k.offset(page, it.kv_head, off, 0) * kElem,
+                       v.data + v.offset(page, it.kv_head, off, 0) * kElem, k.chunk_stride * kElem,
                        v.elem_stride * kElem};
+    };
+    const auto head_unit = [&](const SplitUnit& u, std::int64_t h) {
+      if (u.k == nullptr) return u;
+      return SplitUnit{u.k + h * k.head_stride * kElem, u.v + h * v.head_stride * kElem, u.k_block_bytes,
+                       u.v_dim_bytes};
     };
     // The same gathered, K or V, into the thread's copy (zero past n).
     const auto gather_k = [&](std::int64_t t, std::int64_t n, std::int64_t h) {
@@ -728,10 +734,11 @@ struct DecodeKernel {
       const std::int64_t t1 = unit_end(t), n = t1 - t;
       const std::int64_t t2 = unit_end(t1), ta = t2 < it.end ? t2 : it.end;
       const std::int64_t na = ta < it.end ? unit_end(ta) - ta : 0;
-      const bool direct = in_place(t, n, 0).k != nullptr;
+      const SplitUnit here = in_place(t, n), later = na > 0 ? in_place(ta, na) : SplitUnit{};
+      const bool direct = here.k != nullptr;
       for (std::int64_t h = 0; h < heads; ++h) {
-        const SplitUnit unit = direct ? in_place(t, n, h) : gather_k(t, n, h);
-        const SplitUnit ahead = na > 0 ? in_place(ta, na, h) : SplitUnit{};
+        const SplitUnit unit = direct ? head_unit(here, h) : gather_k(t, n, h);
+        const SplitUnit ahead = head_unit(later, h);
         amx_split_logits_unit(q_pairs + h * (D / 2) * G, G, D, unit, ahead, s + h * G, row);
       }
       softmax_unit(it.kv_head * G, HG, t, query_pos, n, row, s, sc, p.variant.scale, acc_t);
@@ -744,8 +751,8 @@ struct DecodeKernel {
             w_pairs[r * G + g] = lo | hi << 16;
           }
         }
-        const SplitUnit unit = direct ? in_place(t, n, h) : gather_v(t, n, h);
-        const SplitUnit ahead = na > 0 ? in_place(ta, na, h) : SplitUnit{};
+        const SplitUnit unit = direct ? head_unit(here, h) : gather_v(t, n, h);
+        const SplitUnit ahead = head_unit(later, h);
         amx_split_accumulate_unit(acc_t + h * G, HG, G, D, unit, w_pairs, ahead);
       }
       t = t1;
@@ -929,8 +936,8 @@ bool bf16_fma_units_apply(const AttentionProblem& p) { return bf16_kernels_apply
 // scales as on the other kernels: k_scale in q, v_scale on the output), any q and output dtype
 // (the weights stay f32). PAGEDATTN_CPU_DECODE_WIDE_FMA=0 keeps them on the f32 units.
 bool wide_fma_units_apply(const AttentionProblem& p) {
-  return (p.kv.dtype == DType::kF16 || is_fp8(p.kv.dtype)) && fma_units_take_rows(p) &&
-         !detail::env_switched_off("PAGEDATTN_CPU_DECODE_WIDE_FMA");
+  static const bool switched_off = detail::env_switched_off("PAGEDATTN_CPU_DECODE_WIDE_FMA");  // read once
+  return (p.kv.dtype == DType::kF16 || is_fp8(p.kv.dtype)) && fma_units_take_rows(p) && !switched_off;
 }
 
 // Whether the plan should give each item all KV heads of its keys whatever the layout: the FMA
