@@ -7,9 +7,12 @@ As that benchmark does, it measures the streaming-read ceiling in the same run (
 least twice the last-level cache, so that every call reads its KV from memory. Prints one JSON
 record per (KV dtype, backend) in the benchmark contract.
 
-Usage: python3 bench/torch_sdpa_decode_cpu.py [--iters 20] [--threads N] [--kv-dtypes bf16,f32]
-                                               [--backends flash,math] [--batch 16] [--seq-len 2048]
-                                               [--out FILE]
+With --op prefill it times the CPU prefill shape instead (1 x 2048 new tokens, causal, GQA 32/8,
+bf16: `pagedattn bench prefill --device cpu`), counting FLOPs as that benchmark does.
+
+Usage: python3 bench/torch_sdpa_decode_cpu.py [--op decode|prefill] [--iters 20] [--threads N]
+                                               [--kv-dtypes bf16,f32] [--backends flash,math]
+                                               [--batch 16] [--seq-len 2048] [--out FILE]
 """
 import argparse
 import json
@@ -73,6 +76,7 @@ def read_ceiling_gbps():
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--op", choices=["decode", "prefill"], default="decode")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--kv-dtypes", default="bf16,f32")
@@ -91,6 +95,42 @@ def main():
         raise SystemExit("--iters, --threads, --batch and --seq-len must be positive")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.op == "prefill":
+        records = time_prefill(args)
+    else:
+        records = time_decode(args)
+    if args.out:
+        write_records(args.out, records)
+
+
+def time_prefill(args):
+    b, hq, hkv, d, n = 1, 32, 8, 128, args.seq_len
+    records = []
+    for name in args.kv_dtypes.split(","):
+        dt = DTYPES[name]
+        q = torch.randn(b, hq, n, d, dtype=dt)
+        k, v = torch.randn(b, hkv, n, d, dtype=dt), torch.randn(b, hkv, n, d, dtype=dt)
+        flops = 4.0 * b * (n * (n + 1) / 2) * d * hq  # causal: query i sees i + 1 keys
+        for backend in args.backends.split(","):
+            rec = {"op": "prefill", "backend": "torch_sdpa_cpu_" + backend, "device": cpu_name(),
+                   "dtype": name, "kv_dtype": name, "layout": "contiguous", "page_size": 0,
+                   "num_q_heads": hq, "num_kv_heads": hkv, "head_dim": d, "batch": b,
+                   "seq_lens_desc": f"{b}x{n} causal", "num_threads": args.threads,
+                   "torch_version": torch.__version__}
+            try:
+                with sdpa_kernel(BACKENDS[backend]):
+                    med, mn = time_us(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, is_causal=True, enable_gqa=True), args.iters)
+                rec.update({"time_us_median": med, "time_us_min": mn,
+                            "achieved_tflops": flops / (med * 1e-6) / 1e12})
+            except RuntimeError as err:
+                rec.update({"error": str(err).splitlines()[0][:200]})
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
+    return records
+
+
+def time_decode(args):
     b, hq, hkv, d, length = args.batch, 32, 8, 128, args.seq_len
     records = []
     for name in args.kv_dtypes.split(","):
@@ -129,8 +169,7 @@ def main():
             records.append(rec)
             print(json.dumps(rec), flush=True)
         del q, kv
-    if args.out:
-        write_records(args.out, records)
+    return records
 
 
 if __name__ == "__main__":
