@@ -20,10 +20,28 @@ struct PlannedTile {
   std::int64_t cost = 0;  // rows x keys it may attend, plus a per-row constant
 };
 
-std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p) {
+// Rows (query x head) of the tiles: kTileRows where the batch still gives every thread two tiles,
+// else halved down to kMinTileRows. Each K/V block a tile loads (copied, packed into pairs and
+// transposed for the products) then serves more rows: 256-row tiles measured 0.86x the time of
+// 64-row ones on 1 x 2048 causal GQA 32/8, 0.72x on appends of 512 onto 8192 cached tokens
+// (docs/perf-notes.md).
+std::int64_t choose_tile_rows(const detail::AttentionProblem& p, int threads) {
   const std::int64_t group = p.group_size();
-  const std::int64_t heads_per_tile = std::min(group, kTileRows);
-  const std::int64_t queries_per_tile = std::max<std::int64_t>(1, kTileRows / heads_per_tile);
+  std::int64_t rows = kTileRows;
+  for (; rows > kMinTileRows; rows /= 2) {
+    const std::int64_t heads = std::min(group, rows), queries = std::max<std::int64_t>(1, rows / heads);
+    std::int64_t tiles = 0;
+    for (std::int64_t s = 0; s < p.num_seqs; ++s) tiles += (p.q_end(s) - p.q_begin(s) + queries - 1) / queries;
+    tiles *= p.num_kv_heads * ((group + heads - 1) / heads);
+    if (tiles >= 2 * static_cast<std::int64_t>(threads)) break;
+  }
+  return rows;
+}
+
+std::vector<PlannedTile> plan_tiles(const detail::AttentionProblem& p, std::int64_t tile_rows) {
+  const std::int64_t group = p.group_size();
+  const std::int64_t heads_per_tile = std::min(group, tile_rows);
+  const std::int64_t queries_per_tile = std::max<std::int64_t>(1, tile_rows / heads_per_tile);
   const auto& var = p.variant;
   std::vector<PlannedTile> tiles;
   for (std::int64_t s = 0; s < p.num_seqs; ++s) {
@@ -65,7 +83,7 @@ TileProducts tile_products(const detail::AttentionProblem& p) {
 }  // namespace
 
 void prefill(const detail::AttentionProblem& p, int num_threads) {
-  const std::vector<PlannedTile> tiles = plan_tiles(p);
+  const std::vector<PlannedTile> tiles = plan_tiles(p, choose_tile_rows(p, resolve_num_threads(num_threads)));
   const TileProducts products = tile_products(p);
   const auto count = static_cast<std::int64_t>(tiles.size());
   const int threads =

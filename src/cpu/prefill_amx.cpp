@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -156,6 +157,9 @@ PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::in
   }
 }
 
+// Rows per pass of the tile functions: four C tiles of 16.
+constexpr std::int64_t kRowsPerPass = 64;
+
 // f(std::integral_constant<int, n>{}) for n = rows / 16, 1 to 4: the tile functions take their
 // count of 16-row tiles as a constant (tile numbers are instruction immediates).
 template <class F>
@@ -205,7 +209,11 @@ PAGEDATTN_AMX_TARGET void amx_scores(const std::uint32_t* q_pairs, std::int64_t 
   for (std::int64_t k0 = 0; k0 < padded; k0 += 16) {
     const std::uint16_t* key_tile = key_block + k0 * head_dim;
     float* out = s_t + k0 * rows_stride;
-    with_row_tiles(rows, [&](auto n) { scores_key_tile<n()>(key_tile, head_dim, q_pairs, rows_stride, out); });
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
+      with_row_tiles(std::min(kRowsPerPass, rows - r0), [&](auto n) {
+        scores_key_tile<n()>(key_tile, head_dim, q_pairs + r0, rows_stride, out + r0);
+      });
+    }
   }
 }
 
@@ -233,7 +241,11 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
   for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
     transpose16(v_pairs + d0, head_dim, num_pairs, v_t + d0 * kPairs, kPairs);
   }
-  with_row_tiles(rows, [&](auto n) { accumulate_tiles<n()>(p_pairs, rows_stride, v_t, head_dim, o_t); });
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
+    with_row_tiles(std::min(kRowsPerPass, rows - r0), [&](auto n) {
+      accumulate_tiles<n()>(p_pairs + r0, rows_stride, v_t, head_dim, o_t + r0);
+    });
+  }
 }
 
 }  // namespace pagedattn::cpu

@@ -17,7 +17,8 @@
 
 namespace pagedattn::cpu {
 
-inline constexpr std::int64_t kTileRows = 64;   // query rows (query x head) per tile, at most
+inline constexpr std::int64_t kTileRows = 256;    // query rows (query x head) per tile, at most
+inline constexpr std::int64_t kMinTileRows = 64;  // the fewest the planner picks (small batches)
 inline constexpr std::int64_t kRowAlign = 16;   // rows are padded to a multiple of this (lanes)
 inline constexpr std::int64_t kBlockKeys = 32;  // keys per KV block (even: bf16 key pairs)
 // Key rows are padded to a multiple of 8 (the widest key blocking of the products).
