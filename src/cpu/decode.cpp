@@ -39,6 +39,7 @@
 #include "cpu/decode_plan.h"
 #include "cpu/decode_rows.h"
 #include "cpu/decode_units-inl.h"
+#include "cpu/exp_nonpositive-inl.h"
 #include "cpu/kv_rows.h"
 #include "cpu/lane_sums-inl.h"
 #include "cpu/row_convert.h"
@@ -53,28 +54,6 @@ constexpr std::int64_t kBlock = kDecodeBlock;
 constexpr std::int64_t kCacheLine = kDecodeCacheLine;
 constexpr std::int64_t kAhead = kDecodeAhead;
 constexpr std::int64_t kUnit = 16;  // tokens per unit of the token-major order
-
-// exp(x) for the softmax's x <= 0 (x - max): 2^n * p(f) with x log2(e) = n + f, |f| <= 1/2, and
-// p the degree-6 Taylor polynomial of 2^f (relative error < 2e-7); results below 2^-126 are 0,
-// -inf gives 0 and NaN stays NaN. About half the instructions of hn::Exp, which also covers
-// positive arguments and the range ends.
-template <class DF, class V = hn::Vec<DF>>
-HWY_INLINE V exp_nonpositive(DF df, V x) {
-  const hn::RebindToSigned<DF> di;
-  const V x2 = hn::Mul(x, hn::Set(df, 1.4426950408889634f));
-  const V n = hn::Round(x2);
-  const V f = hn::Sub(x2, n);
-  V p = hn::Set(df, 1.5403530393381608e-4f);
-  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-3f));
-  p = hn::MulAdd(p, f, hn::Set(df, 9.618129107628477e-3f));
-  p = hn::MulAdd(p, f, hn::Set(df, 5.550410866482158e-2f));
-  p = hn::MulAdd(p, f, hn::Set(df, 0.2402265069591007f));
-  p = hn::MulAdd(p, f, hn::Set(df, 0.6931471805599453f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
-  // 2^n as a float's exponent field; n >= -126 wherever the result is kept.
-  const auto e = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::IfThenZeroElse(hn::Lt(x2, hn::Set(df, -126.0f)), hn::Mul(p, hn::BitCast(df, e)));
-}
 
 // Query heads per logits tile: 4 tokens x kG heads of accumulators stay in registers only where
 // the target has 32 vector registers; with 16 (x86 before AVX-512) 4 x 4 of them spill, and the

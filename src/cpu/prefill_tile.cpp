@@ -18,8 +18,10 @@
 #include <limits>
 
 #include "core/validate.h"
+#include "cpu/exp_nonpositive-inl.h"
 #include "cpu/kv_rows.h"
 #include "cpu/prefill_tile.h"
+#include "cpu/row_convert.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace pagedattn::cpu::HWY_NAMESPACE {
@@ -277,10 +279,11 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
     const auto old_max = hn::Load(df, s.row_max + r);
     const auto new_max = hn::Max(old_max, block_max);
     const auto base = hn::IfThenZeroElse(hn::Eq(new_max, neg_inf), new_max);
-    const auto alpha = hn::Exp(df, hn::Sub(old_max, base));
+    // Both arguments are <= 0 (old_max <= base; -inf - base and -inf - 0 give 0).
+    const auto alpha = exp_nonpositive(df, hn::Sub(old_max, base));
     auto sum = hn::Zero(df);
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      const auto p = hn::Exp(df, hn::Sub(hn::Load(df, col + n * kStride), base));
+      const auto p = exp_nonpositive(df, hn::Sub(hn::Load(df, col + n * kStride), base));
       hn::Store(p, df, col + n * kStride);
       sum = hn::Add(sum, p);
     }
@@ -408,14 +411,11 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
       lse = m + std::log(l);
     }
     std::byte* orow = qo.out + ((q0 + i) * qo.out_token_stride + h * qo.out_head_stride) * osize;
-    if (qo.out_dtype == DType::kF32) {
-      auto* o = reinterpret_cast<float*>(orow);
-      for (std::int64_t d = 0; d < D; ++d) o[d] = s.o_t[d * kStride + r] * inv;
-    } else {
-      for (std::int64_t d = 0; d < D; ++d) {
-        store_from_float(orow, qo.out_dtype, d, s.o_t[d * kStride + r] * inv);
-      }
-    }
+    // Row r of O^T gathered, then converted on vectors (element by element, the dtype switch
+    // per element cost ~6% of a 1 x 2048 prefill).
+    float* o = s.k_rows;
+    for (std::int64_t d = 0; d < D; ++d) o[d] = s.o_t[d * kStride + r];
+    store_scaled_row(o, D, inv, qo.out_dtype, orow);
     if (qo.lse != nullptr) qo.lse[(q0 + i) * qo.lse_token_stride + h * qo.lse_head_stride] = lse;
   }
 }
