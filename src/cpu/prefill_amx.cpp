@@ -31,9 +31,11 @@ namespace pagedattn::cpu {
 
 namespace {
 
-// A key block is one product's depth: 32 bf16 keys, 16 pairs (so a V^T row is 64 bytes).
-constexpr std::int64_t kPairs = kBlockKeys / 2;
-static_assert(kPairs == 16, "the AMX products take one key block of 32 keys per TDPBF16PS");
+// One product's depth: 32 bf16 keys, 16 pairs (so a V^T row is 64 bytes). A key block holds up
+// to four of these sub-blocks.
+constexpr std::int64_t kPairs = 16;
+constexpr std::int64_t kMaxSubBlocks = kBlockKeys / 32;
+static_assert(kBlockKeys % 32 == 0 && kMaxSubBlocks <= 4, "B tiles 4 .. 7 hold a row tile's sub-blocks");
 
 // Linux hands a process the AMX tile state only once it asks (arch_prctl, kernel 5.16+).
 constexpr int kArchReqXcompPerm = 0x1023;
@@ -121,40 +123,55 @@ PAGEDATTN_AMX_TARGET void transpose16(const std::uint32_t* src, std::int64_t src
   }
 }
 
-// O^T += V^T P^T for the tile's rows: B tiles 4 .. 4 + kRowTiles - 1 hold the weight pairs of
-// 16 rows each; per 16 dims, A (tile 2) holds V^T and each C tile of O^T is loaded, takes one
-// product and is stored (tiles 0 and 1 in turn).
-template <int kRowTiles>
-PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::int64_t rows_stride,
-                                           const std::uint32_t* v_t, std::int64_t head_dim, float* o_t) {
-  static_assert(kRowTiles >= 1 && kRowTiles <= 4);
+// O^T += V^T P^T for the tile's rows, over `subs` sub-blocks of 32 keys: per row tile of 16 rows,
+// B tiles 4 .. 4 + subs - 1 hold its weight pairs of each sub-block; per 16 dims a C tile of
+// O^T is loaded once, takes one product per sub-block (A = that sub-block's V^T, tiles 2 and 3
+// in turn) and is stored, C tiles 0 and 1 alternating by 16 dims. (One C load and store per
+// product, as with 32-key blocks, cost about three products' time: the store waits for the
+// product's result.)
+PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::int64_t rows, std::int64_t rows_stride,
+                                           const std::uint32_t* v_t, std::int64_t head_dim, float* o_t,
+                                           std::int64_t subs) {
   const auto pair_bytes = static_cast<long>(rows_stride * 4);
-  _tile_loadd(4, p_pairs, pair_bytes);
-  if constexpr (kRowTiles > 1) _tile_loadd(5, p_pairs + 16, pair_bytes);
-  if constexpr (kRowTiles > 2) _tile_loadd(6, p_pairs + 32, pair_bytes);
-  if constexpr (kRowTiles > 3) _tile_loadd(7, p_pairs + 48, pair_bytes);
-  for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
-    _tile_loadd(2, v_t + d0 * kPairs, kPairs * 4);
-    float* o = o_t + d0 * rows_stride;
-    _tile_loadd(0, o, pair_bytes);
-    _tile_dpbf16ps(0, 2, 4);
-    _tile_stored(0, o, pair_bytes);
-    if constexpr (kRowTiles > 1) {
-      _tile_loadd(1, o + 16, pair_bytes);
-      _tile_dpbf16ps(1, 2, 5);
-      _tile_stored(1, o + 16, pair_bytes);
+  const long sub_rows = static_cast<long>(kPairs * rows_stride);  // p_pairs rows of a sub-block
+  const std::int64_t sub_vt = head_dim * kPairs;                   // V^T elements of a sub-block
+// C tile c of dims d: load, the sub-blocks' products, store.
+#define PAGEDATTN_DIMS_PRODUCTS(c, d)                       \
+  do {                                                      \
+    float* o = o_rt + (d) * rows_stride;                    \
+    const std::uint32_t* a = v_t + (d) * kPairs;            \
+    _tile_loadd(c, o, pair_bytes);                          \
+    _tile_loadd(2, a, kPairs * 4);                          \
+    _tile_dpbf16ps(c, 2, 4);                                \
+    if (subs > 1) {                                         \
+      _tile_loadd(3, a + sub_vt, kPairs * 4);               \
+      _tile_dpbf16ps(c, 3, 5);                              \
+    }                                                       \
+    if (subs > 2) {                                         \
+      _tile_loadd(2, a + 2 * sub_vt, kPairs * 4);           \
+      _tile_dpbf16ps(c, 2, 6);                              \
+    }                                                       \
+    if (subs > 3) {                                         \
+      _tile_loadd(3, a + 3 * sub_vt, kPairs * 4);           \
+      _tile_dpbf16ps(c, 3, 7);                              \
+    }                                                       \
+    _tile_stored(c, o, pair_bytes);                         \
+  } while (false)
+  for (std::int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const std::uint32_t* p = p_pairs + r0;
+    _tile_loadd(4, p, pair_bytes);
+    if (subs > 1) _tile_loadd(5, p + sub_rows, pair_bytes);
+    if (subs > 2) _tile_loadd(6, p + 2 * sub_rows, pair_bytes);
+    if (subs > 3) _tile_loadd(7, p + 3 * sub_rows, pair_bytes);
+    float* o_rt = o_t + r0;
+    std::int64_t d0 = 0;
+    for (; d0 + 32 <= head_dim; d0 += 32) {
+      PAGEDATTN_DIMS_PRODUCTS(0, d0);
+      PAGEDATTN_DIMS_PRODUCTS(1, d0 + 16);
     }
-    if constexpr (kRowTiles > 2) {
-      _tile_loadd(0, o + 32, pair_bytes);
-      _tile_dpbf16ps(0, 2, 6);
-      _tile_stored(0, o + 32, pair_bytes);
-    }
-    if constexpr (kRowTiles > 3) {
-      _tile_loadd(1, o + 48, pair_bytes);
-      _tile_dpbf16ps(1, 2, 7);
-      _tile_stored(1, o + 48, pair_bytes);
-    }
+    if (d0 < head_dim) PAGEDATTN_DIMS_PRODUCTS(0, d0);
   }
+#undef PAGEDATTN_DIMS_PRODUCTS
 }
 
 // Rows per pass of the tile functions: four C tiles of 16.
@@ -221,8 +238,10 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
                                          std::int64_t num_pairs, std::int64_t rows, std::int64_t rows_stride,
                                          std::int64_t head_dim, const float* alpha, float* o_t,
                                          std::uint32_t* v_t) {
-  // A block of 32 keys: the pairs past num_pairs weigh nothing (and their V^T columns are zero).
-  for (std::int64_t n = num_pairs; n < kPairs; ++n) {
+  // Whole sub-blocks of 32 keys: the pairs past num_pairs weigh nothing (and their V^T columns
+  // are zero).
+  const std::int64_t subs = (num_pairs + kPairs - 1) / kPairs;
+  for (std::int64_t n = num_pairs; n < subs * kPairs; ++n) {
     std::memset(p_pairs + n * rows_stride, 0, static_cast<std::size_t>(rows_stride) * 4);
   }
   // The rows' rescale, skipped while every factor is 1 (the running maxima hold).
@@ -238,14 +257,13 @@ PAGEDATTN_AMX_TARGET void amx_accumulate(std::uint32_t* p_pairs, const std::uint
       }
     }
   }
-  for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
-    transpose16(v_pairs + d0, head_dim, num_pairs, v_t + d0 * kPairs, kPairs);
+  for (std::int64_t sb = 0; sb < subs; ++sb) {
+    for (std::int64_t d0 = 0; d0 < head_dim; d0 += 16) {
+      transpose16(v_pairs + sb * kPairs * head_dim + d0, head_dim, num_pairs - sb * kPairs,
+                  v_t + (sb * head_dim + d0) * kPairs, kPairs);
+    }
   }
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
-    with_row_tiles(std::min(kRowsPerPass, rows - r0), [&](auto n) {
-      accumulate_tiles<n()>(p_pairs + r0, rows_stride, v_t, head_dim, o_t + r0);
-    });
-  }
+  accumulate_tiles(p_pairs, rows, rows_stride, v_t, head_dim, o_t, subs);
 }
 
 }  // namespace pagedattn::cpu

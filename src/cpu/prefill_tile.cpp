@@ -1,5 +1,5 @@
 // The CPU prefill tile: flash-attention over paged KV for one tile (see prefill_tile.h), compiled
-// for every Highway target. Rows (query x head) sit in lanes; for each block of kBlockKeys keys:
+// for every Highway target. Rows (query x head) sit in lanes; for each block of keys (block_keys_for):
 //   1. K rows are located through the page table (in place when already in the compute format,
 //      else converted once into scratch) and S^T[key][row] = k . q_row;
 //   2. the online softmax updates each row's running max / sum lane-wise and turns S^T into
@@ -295,6 +295,12 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
 
 // ---- the tile -------------------------------------------------------------------------------
 
+// Keys per softmax step: the AMX products load and store their C tiles of O^T once per block,
+// and a store waits for its products, so they take kBlockKeys (docs/perf-notes.md).
+std::int64_t block_keys_for(TileProducts products) {
+  return products == TileProducts::kAmx ? kBlockKeys : kSmallBlockKeys;
+}
+
 void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, TileProducts products,
                  TileScratch& s) {
   const bool bf16_dot = products != TileProducts::kF32;
@@ -354,8 +360,9 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
   BlockVariant b{var.scale * k_scale, var.soft_cap, var.alibi_slopes != nullptr, var.causal,
                  var.window_left >= 0, false, 0};
   if (products == TileProducts::kAmx) amx_tiles_begin();
-  for (std::int64_t j0 = j_begin; j0 < j_end; j0 += kBlockKeys) {
-    const std::int64_t nb = std::min(kBlockKeys, j_end - j0);
+  const std::int64_t block_keys = block_keys_for(products);
+  for (std::int64_t j0 = j_begin; j0 < j_end; j0 += block_keys) {
+    const std::int64_t nb = std::min(block_keys, j_end - j0);
     const std::int64_t nb_pad = (nb + 7) / 8 * 8;
     b.first_key_pos = key_offset + j0;
     b.masked = (var.causal && b.first_key_pos + nb - 1 > min_pos) ||
