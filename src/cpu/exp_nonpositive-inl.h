@@ -6,8 +6,10 @@
 //
 //   exp_nonpositive(d, x)   2^n * p(f) with x log2(e) = n + f, |f| <= 1/2, p the degree-6 Taylor
 //                           polynomial of 2^f (relative error < 2e-7); results below 2^-126 are
-//                           0, -inf gives 0 and NaN stays NaN. About half the instructions of
-//                           hn::Exp, which also covers positive arguments and the range ends.
+//                           0, -inf gives 0 and NaN stays NaN. Positive x is right too while
+//                           n <= 127 (x < 88; the prefill's softmax passes up to 8), but nothing
+//                           guards that end. About half the instructions of hn::Exp, which covers
+//                           every argument.
 #if defined(PAGEDATTN_CPU_EXP_NONPOSITIVE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef PAGEDATTN_CPU_EXP_NONPOSITIVE_INL_H_
 #undef PAGEDATTN_CPU_EXP_NONPOSITIVE_INL_H_

@@ -31,11 +31,10 @@ namespace pagedattn::cpu {
 
 namespace {
 
-// One product's depth: 32 bf16 keys, 16 pairs (so a V^T row is 64 bytes). A key block holds up
-// to four of these sub-blocks.
+// One product's depth: 32 bf16 keys, 16 pairs (so a V^T row is 64 bytes). A key block holds one
+// or two of these sub-blocks.
 constexpr std::int64_t kPairs = 16;
-constexpr std::int64_t kMaxSubBlocks = kBlockKeys / 32;
-static_assert(kBlockKeys % 32 == 0 && kMaxSubBlocks <= 4, "B tiles 4 .. 7 hold a row tile's sub-blocks");
+static_assert(kBlockKeys % 32 == 0 && kBlockKeys / 32 <= 2, "B tiles 4 and 5 hold a row tile's sub-blocks");
 
 // Linux hands a process the AMX tile state only once it asks (arch_prctl, kernel 5.16+).
 constexpr int kArchReqXcompPerm = 0x1023;
@@ -123,53 +122,42 @@ PAGEDATTN_AMX_TARGET void transpose16(const std::uint32_t* src, std::int64_t src
   }
 }
 
-// O^T += V^T P^T for the tile's rows, over `subs` sub-blocks of 32 keys: per row tile of 16 rows,
-// B tiles 4 .. 4 + subs - 1 hold its weight pairs of each sub-block; per 16 dims a C tile of
-// O^T is loaded once, takes one product per sub-block (A = that sub-block's V^T, tiles 2 and 3
-// in turn) and is stored, C tiles 0 and 1 alternating by 16 dims. (One C load and store per
-// product, as with 32-key blocks, cost about three products' time: the store waits for the
-// product's result.)
+// O^T += V^T P^T for the tile's rows, over `subs` (1 or 2) sub-blocks of 32 keys: per row tile of
+// 16 rows, B tiles 4 and 5 hold its weight pairs of each sub-block; per 16 dims a C tile of O^T
+// is loaded once, takes one product per sub-block (A = that sub-block's V^T) and is stored. Two
+// chains by turns, C tile 0 with A tiles 2 and 3 and C tile 1 with A tiles 6 and 7, so that no
+// A load waits for the other chain's product. (One C load and store per product, as with 32-key
+// blocks, cost about three products' time: a store waits for its product's result.)
 PAGEDATTN_AMX_TARGET void accumulate_tiles(const std::uint32_t* p_pairs, std::int64_t rows, std::int64_t rows_stride,
                                            const std::uint32_t* v_t, std::int64_t head_dim, float* o_t,
                                            std::int64_t subs) {
   const auto pair_bytes = static_cast<long>(rows_stride * 4);
-  const long sub_rows = static_cast<long>(kPairs * rows_stride);  // p_pairs rows of a sub-block
-  const std::int64_t sub_vt = head_dim * kPairs;                   // V^T elements of a sub-block
-// C tile c of dims d: load, the sub-blocks' products, store.
-#define PAGEDATTN_DIMS_PRODUCTS(c, d)                       \
-  do {                                                      \
-    float* o = o_rt + (d) * rows_stride;                    \
-    const std::uint32_t* a = v_t + (d) * kPairs;            \
-    _tile_loadd(c, o, pair_bytes);                          \
-    _tile_loadd(2, a, kPairs * 4);                          \
-    _tile_dpbf16ps(c, 2, 4);                                \
-    if (subs > 1) {                                         \
-      _tile_loadd(3, a + sub_vt, kPairs * 4);               \
-      _tile_dpbf16ps(c, 3, 5);                              \
-    }                                                       \
-    if (subs > 2) {                                         \
-      _tile_loadd(2, a + 2 * sub_vt, kPairs * 4);           \
-      _tile_dpbf16ps(c, 2, 6);                              \
-    }                                                       \
-    if (subs > 3) {                                         \
-      _tile_loadd(3, a + 3 * sub_vt, kPairs * 4);           \
-      _tile_dpbf16ps(c, 3, 7);                              \
-    }                                                       \
-    _tile_stored(c, o, pair_bytes);                         \
+  const std::int64_t sub_vt = head_dim * kPairs;  // V^T elements of a sub-block
+// C tile c of dims d, A tiles a0 and a1: load, the sub-blocks' products, store.
+#define PAGEDATTN_DIMS_PRODUCTS(c, a0, a1, d)           \
+  do {                                                  \
+    float* o = o_rt + (d) * rows_stride;                \
+    const std::uint32_t* a = v_t + (d) * kPairs;        \
+    _tile_loadd(c, o, pair_bytes);                      \
+    _tile_loadd(a0, a, kPairs * 4);                     \
+    _tile_dpbf16ps(c, a0, 4);                           \
+    if (subs > 1) {                                     \
+      _tile_loadd(a1, a + sub_vt, kPairs * 4);          \
+      _tile_dpbf16ps(c, a1, 5);                         \
+    }                                                   \
+    _tile_stored(c, o, pair_bytes);                     \
   } while (false)
   for (std::int64_t r0 = 0; r0 < rows; r0 += 16) {
     const std::uint32_t* p = p_pairs + r0;
     _tile_loadd(4, p, pair_bytes);
-    if (subs > 1) _tile_loadd(5, p + sub_rows, pair_bytes);
-    if (subs > 2) _tile_loadd(6, p + 2 * sub_rows, pair_bytes);
-    if (subs > 3) _tile_loadd(7, p + 3 * sub_rows, pair_bytes);
+    if (subs > 1) _tile_loadd(5, p + kPairs * rows_stride, pair_bytes);
     float* o_rt = o_t + r0;
     std::int64_t d0 = 0;
     for (; d0 + 32 <= head_dim; d0 += 32) {
-      PAGEDATTN_DIMS_PRODUCTS(0, d0);
-      PAGEDATTN_DIMS_PRODUCTS(1, d0 + 16);
+      PAGEDATTN_DIMS_PRODUCTS(0, 2, 3, d0);
+      PAGEDATTN_DIMS_PRODUCTS(1, 6, 7, d0 + 16);
     }
-    if (d0 < head_dim) PAGEDATTN_DIMS_PRODUCTS(0, d0);
+    if (d0 < head_dim) PAGEDATTN_DIMS_PRODUCTS(0, 2, 3, d0);
   }
 #undef PAGEDATTN_DIMS_PRODUCTS
 }

@@ -232,6 +232,9 @@ struct BlockVariant {
   std::int64_t first_key_pos;  // position of the block's first key
 };
 
+// How far a block's maximum may exceed a row's running max before the latter moves.
+constexpr float kMaxSlack = 8.0f;
+
 // Turns the logits s_t[n][r] (n < num_keys) into weights exp(logit - new max) and updates the
 // rows' running max / sum; row_alpha receives exp(old max - new max). Rows whose max is still
 // -inf (nothing attended yet) keep weights 0 and alpha 0.
@@ -276,10 +279,15 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
         block_max = hn::Max(block_max, x);
       }
     }
+    // The running max moves only when the block's exceeds it by more than kMaxSlack: below that
+    // the weights stay under e^kMaxSlack (f32 and bf16 hold them, the sums too) and O^T needs
+    // no rescale, which on AMX is a pass over all of it (docs/perf-notes.md).
     const auto old_max = hn::Load(df, s.row_max + r);
-    const auto new_max = hn::Max(old_max, block_max);
+    const auto grows = hn::Gt(block_max, hn::Add(old_max, hn::Set(df, kMaxSlack)));
+    const auto new_max = hn::IfThenElse(grows, hn::Max(old_max, block_max), old_max);
     const auto base = hn::IfThenZeroElse(hn::Eq(new_max, neg_inf), new_max);
-    // Both arguments are <= 0 (old_max <= base; -inf - base and -inf - 0 give 0).
+    // old_max - base <= 0 (-inf - base and -inf - 0 give 0); the logits less base are at most
+    // kMaxSlack, inside exp_nonpositive's range.
     const auto alpha = exp_nonpositive(df, hn::Sub(old_max, base));
     auto sum = hn::Zero(df);
     for (std::int64_t n = 0; n < num_keys; ++n) {

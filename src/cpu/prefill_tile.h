@@ -20,8 +20,8 @@ namespace pagedattn::cpu {
 inline constexpr std::int64_t kTileRows = 256;    // query rows (query x head) per tile, at most
 inline constexpr std::int64_t kMinTileRows = 64;  // the fewest the planner picks (small batches)
 inline constexpr std::int64_t kRowAlign = 16;     // rows are padded to a multiple of this (lanes)
-// Keys per KV block of the AMX products (up to 128 work: 128 measured ~5% slower than 64, 32
-// ~12% slower), and of the others.
+// Keys per KV block of the AMX products (at most two 32-key sub-blocks; measured against 64:
+// 32 ~12% slower, 128 in four sub-blocks ~5% slower), and of the others.
 inline constexpr std::int64_t kBlockKeys = 64;
 inline constexpr std::int64_t kSmallBlockKeys = 32;
 // Key rows are padded to a multiple of 8 (the widest key blocking of the products).
