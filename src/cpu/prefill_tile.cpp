@@ -328,6 +328,7 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
 
   // Rows r = query * num_heads + head; padded rows repeat the last real row with zero q.
   std::fill_n(s.q_t, D * kStride, 0.0f);
+  const std::byte* q_rows[kStride];
   for (std::int64_t r = 0; r < rows_pad; ++r) {
     const std::int64_t rr = std::min(r, rows - 1);
     const std::int64_t i = tile.query_begin + rr / tile.num_heads, h = head0 + rr % tile.num_heads;
@@ -339,16 +340,22 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
     s.row_slope[r] = var.alibi_slopes ? var.alibi_slopes[h] : 0.0f;
     s.row_max[r] = detail::kNegInf;
     s.row_sum[r] = 0.0f;
-    if (r >= rows) continue;
-    const std::byte* qrow = qo.q + ((q0 + i) * qo.q_token_stride + h * qo.q_head_stride) * qsize;
+    q_rows[r] = qo.q + ((q0 + i) * qo.q_token_stride + h * qo.q_head_stride) * qsize;
+  }
+  // Q^T, 16 rows at a time so that each line of it is written whole (row by row, every one of
+  // its D lines was touched once per row, from L2).
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRowAlign) {
+    const std::int64_t n = std::min(kRowAlign, rows - r0);
     if (bf16_dot) {
-      auto* pairs = reinterpret_cast<std::uint32_t*>(s.q_t);
+      auto* pairs = reinterpret_cast<std::uint32_t*>(s.q_t) + r0;
       for (std::int64_t d = 0; d < D / 2; ++d) {
-        std::memcpy(pairs + d * kStride + r, qrow + 4 * d, 4);
+        for (std::int64_t j = 0; j < n; ++j) std::memcpy(pairs + d * kStride + j, q_rows[r0 + j] + 4 * d, 4);
       }
     } else {
-      convert_row(qrow, qo.q_dtype, D, s.k_rows);
-      for (std::int64_t d = 0; d < D; ++d) s.q_t[d * kStride + r] = s.k_rows[d];
+      for (std::int64_t j = 0; j < n; ++j) convert_row(q_rows[r0 + j], qo.q_dtype, D, s.k_rows + j * D);
+      for (std::int64_t d = 0; d < D; ++d) {
+        for (std::int64_t j = 0; j < n; ++j) s.q_t[d * kStride + r0 + j] = s.k_rows[j * D + d];
+      }
     }
   }
   std::fill_n(s.o_t, D * kStride, 0.0f);
@@ -409,29 +416,35 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
 
   if (products == TileProducts::kAmx) amx_tiles_end();
 
-  // out = O / sum (with the sink's exp in the sum); lse = max + log(sum).
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t i = tile.query_begin + r / tile.num_heads, h = head0 + r % tile.num_heads;
-    float m = s.row_max[r], l = s.row_sum[r];
-    float lse = detail::kNegInf, inv = 0.0f;
-    if (var.sinks != nullptr) {
-      const float sink = var.sinks[h];
-      const float m_all = std::max(m, sink);
-      const float keep = l > 0.0f ? std::exp(m - m_all) : 0.0f;
-      l = l * keep + std::exp(sink - m_all);
-      inv = keep / l * v_scale;
-      lse = m_all + std::log(l);
-    } else if (l > 0.0f) {
-      inv = v_scale / l;
-      lse = m + std::log(l);
+  // out = O / sum (with the sink's exp in the sum); lse = max + log(sum). O^T's rows go out 16 at
+  // a time, gathered into rows so that each line of O^T is read once, then converted on vectors
+  // (element by element, the dtype switch per element had cost ~6% of a 1 x 2048 prefill).
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kRowAlign) {
+    const std::int64_t n = std::min(kRowAlign, rows - r0);
+    float* o = s.k_rows;  // [n][D]
+    for (std::int64_t d = 0; d < D; ++d) {
+      for (std::int64_t j = 0; j < n; ++j) o[j * D + d] = s.o_t[d * kStride + r0 + j];
     }
-    std::byte* orow = qo.out + ((q0 + i) * qo.out_token_stride + h * qo.out_head_stride) * osize;
-    // Row r of O^T gathered, then converted on vectors (element by element, the dtype switch
-    // per element cost ~6% of a 1 x 2048 prefill).
-    float* o = s.k_rows;
-    for (std::int64_t d = 0; d < D; ++d) o[d] = s.o_t[d * kStride + r];
-    store_scaled_row(o, D, inv, qo.out_dtype, orow);
-    if (qo.lse != nullptr) qo.lse[(q0 + i) * qo.lse_token_stride + h * qo.lse_head_stride] = lse;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t r = r0 + j;
+      const std::int64_t i = tile.query_begin + r / tile.num_heads, h = head0 + r % tile.num_heads;
+      float m = s.row_max[r], l = s.row_sum[r];
+      float lse = detail::kNegInf, inv = 0.0f;
+      if (var.sinks != nullptr) {
+        const float sink = var.sinks[h];
+        const float m_all = std::max(m, sink);
+        const float keep = l > 0.0f ? std::exp(m - m_all) : 0.0f;
+        l = l * keep + std::exp(sink - m_all);
+        inv = keep / l * v_scale;
+        lse = m_all + std::log(l);
+      } else if (l > 0.0f) {
+        inv = v_scale / l;
+        lse = m + std::log(l);
+      }
+      std::byte* orow = qo.out + ((q0 + i) * qo.out_token_stride + h * qo.out_head_stride) * osize;
+      store_scaled_row(o + j * D, D, inv, qo.out_dtype, orow);
+      if (qo.lse != nullptr) qo.lse[(q0 + i) * qo.lse_token_stride + h * qo.lse_head_stride] = lse;
+    }
   }
 }
 
