@@ -252,11 +252,10 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
     float* col = s.s_t + r;
     auto block_max = neg_inf;
     if (!transform) {
-      for (std::int64_t n = 0; n < num_keys; ++n) {
-        const auto x = hn::Mul(hn::Load(df, col + n * kStride), scale);
-        hn::Store(x, df, col + n * kStride);
-        block_max = hn::Max(block_max, x);
-      }
+      // Logits stay unscaled here (the exp pass scales them in its FMA): scale > 0, so the
+      // scaled max is the max, scaled.
+      for (std::int64_t n = 0; n < num_keys; ++n) block_max = hn::Max(block_max, hn::Load(df, col + n * kStride));
+      block_max = hn::Mul(block_max, scale);
     } else {
       const auto pos = hn::Load(df, s.row_pos + r);
       const auto slope = hn::Load(df, s.row_slope + r);
@@ -290,8 +289,10 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
     // kMaxSlack, inside exp_nonpositive's range.
     const auto alpha = exp_nonpositive(df, hn::Sub(old_max, base));
     auto sum = hn::Zero(df);
+    const auto x_scale = transform ? hn::Set(df, 1.0f) : scale;  // what the first pass left unscaled
+    const auto neg_base = hn::Neg(base);
     for (std::int64_t n = 0; n < num_keys; ++n) {
-      const auto p = exp_nonpositive(df, hn::Sub(hn::Load(df, col + n * kStride), base));
+      const auto p = exp_nonpositive(df, hn::MulAdd(hn::Load(df, col + n * kStride), x_scale, neg_base));
       hn::Store(p, df, col + n * kStride);
       sum = hn::Add(sum, p);
     }
