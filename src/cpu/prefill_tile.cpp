@@ -236,8 +236,9 @@ struct BlockVariant {
 constexpr float kMaxSlack = 8.0f;
 
 // Turns the logits s_t[n][r] (n < num_keys) into weights exp(logit - new max) and updates the
-// rows' running max / sum; row_alpha receives exp(old max - new max). Rows whose max is still
-// -inf (nothing attended yet) keep weights 0 and alpha 0.
+// rows' running max / sum; row_alpha receives exp(old max - new max). The running max is the
+// largest logit so far or at most kMaxSlack below it. Rows whose max is still -inf (nothing
+// attended yet) keep weights 0 and alpha 0.
 void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t rows,
                    TileScratch& s) {
   const DF df;
