@@ -44,5 +44,15 @@ PAGEDATTN_BF16_TARGET inline __m256i to_bf16(__m512 x) {
   return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
 }
 
+// fp8 codes in the upper byte of 16-bit lanes (zero low bytes) as IEEE halves: e5m2 already is
+// one; e4m3's sign stays and its 7 magnitude bits move down one into the half's exponent and
+// mantissa, which gives the value times 2^-8, subnormals included (bias 15 against 7), and its
+// NaN codes (0x7f, 0xff) become a half NaN.
+PAGEDATTN_BF16_TARGET inline __m512i e4m3_high_bytes_to_halves(__m512i x) {
+  const __m512i half = _mm512_and_si512(_mm512_srai_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xbf80)));
+  const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_slli_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xfe00)));
+  return _mm512_mask_mov_epi16(half, nan, _mm512_set1_epi16(0x7e00));
+}
+
 }  // namespace bf16
 }  // namespace pagedattn::cpu

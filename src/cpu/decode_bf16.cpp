@@ -50,6 +50,17 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void split_pairs(__m
   odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
+// f.template operator()<kT>() for the FMA units' row dtype kT (bf16, f16 or an fp8).
+template <class F>
+inline void with_rows_dtype(DType rows_dtype, const F& f) {
+  switch (rows_dtype) {
+    case DType::kF16: return f.template operator()<DType::kF16>();
+    case DType::kF8E4M3: return f.template operator()<DType::kF8E4M3>();
+    case DType::kF8E5M2: return f.template operator()<DType::kF8E5M2>();
+    default: return f.template operator()<DType::kBF16>();
+  }
+}
+
 // Bytes of one cache element of the rows the FMA units read.
 template <DType kT>
 inline constexpr std::int64_t kElemBytes = is_fp8(kT) ? 1 : 2;
@@ -58,9 +69,8 @@ inline constexpr std::int64_t kElemBytes = is_fp8(kT) ? 1 : 2;
 // halves or fp8 codes: a half's even dims are the 32-bit lanes' low halves (VPMOVDW), the odd ones
 // the high halves. fp8 comes unscaled, and e4m3 as its value / kE4m3RowScale: each code
 // goes into the upper byte of a 16-bit lane, even codes (shifted up) and odd ones (masked) apart,
-// which for e5m2 is already its half; e4m3's sign stays and its 7 magnitude bits move down one
-// into a half's exponent and mantissa, exact for subnormals too (bias 15 against 7), with the
-// NaN codes made a half NaN. About half the instructions of widening the bytes first.
+// which for e5m2 is already its half (e4m3: bf16::e4m3_high_bytes_to_halves). About half the
+// instructions of widening the bytes first.
 template <DType kT>
 PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void load_split(const std::byte* row, std::int64_t c,
                                                                           __m512& even, __m512& odd) {
@@ -79,11 +89,8 @@ PAGEDATTN_BF16_TARGET __attribute__((always_inline)) inline void load_split(cons
       odd = _mm512_cvtph_ps(odd_codes);
     } else {
       static_assert(kT == DType::kF8E4M3);
-      const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(even_codes), odd_codes, 1);
-      __m512i half = _mm512_and_si512(_mm512_srai_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xbf80)));
-      // 0x7f and 0xff are NaN.
-      const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_slli_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xfe00)));
-      half = _mm512_mask_mov_epi16(half, nan, _mm512_set1_epi16(0x7e00));
+      const __m512i half =
+          bf16::e4m3_high_bytes_to_halves(_mm512_inserti64x4(_mm512_castsi256_si512(even_codes), odd_codes, 1));
       even = _mm512_cvtph_ps(_mm512_castsi512_si256(half));
       odd = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1));
     }
@@ -405,16 +412,10 @@ PAGEDATTN_BF16_TARGET void bf16_decode_logits_heads_fma(const float* q, std::int
                                                         const std::byte* const* next_k,
                                                         float* s, std::int64_t s_row,
                                                         std::int64_t jit_bytes, DType rows_dtype) {
-  const auto run = [&]<DType kT>() {
+  with_rows_dtype(rows_dtype, [&]<DType kT>() {
     logits_heads<float, kT>(q, q_stride, heads, group, head_dim, 1.0f, rows, k_head_bytes, next_k, s, s_row,
                             jit_bytes);
-  };
-  switch (rows_dtype) {
-    case DType::kF16: return run.template operator()<DType::kF16>();
-    case DType::kF8E4M3: return run.template operator()<DType::kF8E4M3>();
-    case DType::kF8E5M2: return run.template operator()<DType::kF8E5M2>();
-    default: return run.template operator()<DType::kBF16>();
-  }
+  });
 }
 
 namespace {
@@ -442,12 +443,8 @@ PAGEDATTN_BF16_TARGET void bf16_decode_accumulate_fma(float* acc, std::int64_t g
                                                       const BlockRows& rows, const float* w,
                                                       std::int64_t w_g, std::int64_t w_j,
                                                       const std::byte* const* pf_v, DType rows_dtype) {
-  switch (rows_dtype) {
-    case DType::kF16: return accumulate_fma<DType::kF16>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
-    case DType::kF8E4M3: return accumulate_fma<DType::kF8E4M3>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
-    case DType::kF8E5M2: return accumulate_fma<DType::kF8E5M2>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
-    default: return accumulate_fma<DType::kBF16>(acc, group, head_dim, rows, w, w_g, w_j, pf_v);
-  }
+  with_rows_dtype(rows_dtype,
+                  [&]<DType kT>() { accumulate_fma<kT>(acc, group, head_dim, rows, w, w_g, w_j, pf_v); });
 }
 
 PAGEDATTN_BF16_TARGET void bf16_decode_accumulate(float* acc, std::int64_t group,

@@ -174,20 +174,14 @@ PAGEDATTN_BF16_TARGET void bf16_pack_value_pairs(const std::uint16_t* const* val
 }
 
 namespace {
-// 32 fp8 codes as 32 bf16: each code into the upper byte of a 16-bit lane, which for e5m2 is its
-// IEEE half; e4m3's sign stays and its magnitude bits move down one into a half's fields (the
-// value times 2^-8, subnormals included: bias 15 against 7), NaN codes to a half NaN; then
-// half -> f32 (e4m3 times 256) -> bf16, all exact.
+// 32 fp8 codes as 32 bf16: each code into the upper byte of a 16-bit lane, then as an IEEE half
+// (bf16::e4m3_high_bytes_to_halves for e4m3: the value times 2^-8), half -> f32 (e4m3 times
+// 256) -> bf16, all exact.
 template <DType kT>
 PAGEDATTN_BF16_TARGET inline __m512i fp8_chunk_to_bf16(__m256i codes) {
   const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(codes), 8);
   __m512i half = x;
-  if constexpr (kT == DType::kF8E4M3) {
-    half = _mm512_and_si512(_mm512_srai_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xbf80)));
-    // 0x7f and 0xff are NaN.
-    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_slli_epi16(x, 1), _mm512_set1_epi16(static_cast<short>(0xfe00)));
-    half = _mm512_mask_mov_epi16(half, nan, _mm512_set1_epi16(0x7e00));
-  }
+  if constexpr (kT == DType::kF8E4M3) half = bf16::e4m3_high_bytes_to_halves(x);
   __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(half));
   __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1));
   if constexpr (kT == DType::kF8E4M3) {
