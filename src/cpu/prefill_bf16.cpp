@@ -97,11 +97,6 @@ PAGEDATTN_BF16_TARGET inline __m512i widen(const std::uint16_t* p, __mmask16 val
   return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), _mm256_maskz_loadu_epi16(valid, p));
 }
 
-PAGEDATTN_BF16_TARGET inline __m512i round_to_bf16(const float* p) {
-  return _mm512_maskz_cvtepu16_epi32(
-      __mmask16(0xffff), bf16::to_bf16(_mm512_load_ps(p)));
-}
-
 // Moves the low 16 bits of each lane to the high half (the odd element of a pair).
 PAGEDATTN_BF16_TARGET inline __m512i shift_high(__m512i x) {
   return _mm512_maskz_slli_epi32(__mmask16(0xffff), x, 16);
@@ -203,23 +198,6 @@ PAGEDATTN_BF16_TARGET void fp8_row_to_bf16(const std::uint8_t* src, std::int64_t
 PAGEDATTN_BF16_TARGET void fp8_to_bf16(const std::uint8_t* src, DType dtype, std::int64_t n, std::uint16_t* dst) {
   if (dtype == DType::kF8E4M3) fp8_row_to_bf16<DType::kF8E4M3>(src, n, dst);
   else fp8_row_to_bf16<DType::kF8E5M2>(src, n, dst);
-}
-
-PAGEDATTN_BF16_TARGET void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys,
-                                                  std::int64_t rows, std::int64_t rows_stride,
-                                                  std::uint32_t* p_pairs) {
-  for (std::int64_t n = 0; 2 * n < num_keys; ++n) {
-    const float* even = s_t + 2 * n * rows_stride;
-    const bool has_odd = 2 * n + 1 < num_keys;
-    std::uint32_t* dst = p_pairs + n * rows_stride;
-    for (std::int64_t r = 0; r < rows; r += kLanes) {
-      __m512i pair = round_to_bf16(even + r);
-      if (has_odd) {
-        pair = _mm512_or_si512(pair, shift_high(round_to_bf16(even + rows_stride + r)));
-      }
-      _mm512_store_si512(dst + r, pair);
-    }
-  }
 }
 
 }  // namespace pagedattn::cpu

@@ -235,12 +235,25 @@ struct BlockVariant {
 // How far a block's maximum may exceed a row's running max before the latter moves.
 constexpr float kMaxSlack = 8.0f;
 
+// Weights p0 (key 2n) and p1 (key 2n + 1), finite and non-negative, rounded to bf16 (nearest
+// even) and paired as the bf16 products read them: p0 in the low half of each 32-bit lane.
+template <class DU, class V>
+HWY_INLINE hn::Vec<DU> bf16_weight_pairs(DU du, V p0, V p1) {
+  const auto round = [du](V p) {
+    const auto bits = hn::BitCast(du, p);
+    return hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
+  };
+  return hn::Or(hn::ShiftRight<16>(round(p0)), hn::And(round(p1), hn::Set(du, 0xffff0000u)));
+}
+
 // Turns the logits s_t[n][r] (n < num_keys) into weights exp(logit - new max) and updates the
 // rows' running max / sum; row_alpha receives exp(old max - new max). The running max is the
 // largest logit so far or at most kMaxSlack below it. Rows whose max is still -inf (nothing
-// attended yet) keep weights 0 and alpha 0.
+// attended yet) keep weights 0 and alpha 0. The weights go back into s_t as f32, or, with
+// p_pairs, straight out as bf16 key pairs [num_keys / 2][kStride] u32 (the sum still adds the
+// unrounded weights), which spares the bf16 products a pass that read them back.
 void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t rows,
-                   TileScratch& s) {
+                   TileScratch& s, std::uint32_t* p_pairs) {
   const DF df;
   const hn::RebindToSigned<DF> di;
   const auto L = static_cast<std::int64_t>(hn::Lanes(df));
@@ -292,10 +305,23 @@ void softmax_block(const BlockVariant& b, std::int64_t num_keys, std::int64_t ro
     auto sum = hn::Zero(df);
     const auto x_scale = transform ? hn::Set(df, 1.0f) : scale;  // what the first pass left unscaled
     const auto neg_base = hn::Neg(base);
-    for (std::int64_t n = 0; n < num_keys; ++n) {
-      const auto p = exp_nonpositive(df, hn::MulAdd(hn::Load(df, col + n * kStride), x_scale, neg_base));
-      hn::Store(p, df, col + n * kStride);
-      sum = hn::Add(sum, p);
+    const auto weight = [&](std::int64_t n) {
+      return exp_nonpositive(df, hn::MulAdd(hn::Load(df, col + n * kStride), x_scale, neg_base));
+    };
+    if (p_pairs != nullptr) {
+      const hn::RebindToUnsigned<DF> du;
+      for (std::int64_t n = 0; n < num_keys; n += 2) {
+        const auto p0 = weight(n);
+        const auto p1 = n + 1 < num_keys ? weight(n + 1) : hn::Zero(df);
+        sum = hn::Add(sum, hn::Add(p0, p1));
+        hn::Store(bf16_weight_pairs(du, p0, p1), du, p_pairs + (n / 2) * kStride + r);
+      }
+    } else {
+      for (std::int64_t n = 0; n < num_keys; ++n) {
+        const auto p = weight(n);
+        hn::Store(p, df, col + n * kStride);
+        sum = hn::Add(sum, p);
+      }
     }
     hn::Store(hn::MulAdd(hn::Load(df, s.row_sum + r), alpha, sum), df, s.row_sum + r);
     hn::Store(new_max, df, s.row_max + r);
@@ -397,13 +423,12 @@ void RunTileImpl(const detail::AttentionProblem& p, const PrefillTile& tile, Til
       scores_f32_rows(s.q_t, D, s.key_ptrs, nb_pad, rows_pad, s.s_t);
     }
 
-    softmax_block(b, nb, rows_pad, s);
+    auto* p_pairs = reinterpret_cast<std::uint32_t*>(s.p_pairs);
+    softmax_block(b, nb, rows_pad, s, bf16_dot ? p_pairs : nullptr);
 
     locate_rows(kv, kv.v, pages, tile.kv_head, j0, nb, bf16_dot, s.v_rows, s.value_ptrs);
     if (bf16_dot) {
-      auto* p_pairs = reinterpret_cast<std::uint32_t*>(s.p_pairs);
       auto* v_pairs = reinterpret_cast<std::uint32_t*>(s.v_pairs);
-      bf16_pack_weight_pairs(s.s_t, nb, rows_pad, kStride, p_pairs);
       bf16_pack_value_pairs(reinterpret_cast<const std::uint16_t* const*>(s.value_ptrs), nb, D,
                             v_pairs);
       if (products == TileProducts::kAmx) {

@@ -92,11 +92,6 @@ void bf16_accumulate(const std::uint32_t* p_pairs, const std::uint32_t* v_pairs,
 void bf16_pack_value_pairs(const std::uint16_t* const* values, std::int64_t num_keys,
                            std::int64_t head_dim, std::uint32_t* v_pairs);
 
-// p_pairs[n][r] = bf16(s_t[2n][r]) | bf16(s_t[2n+1][r]) << 16 (round to nearest even); a
-// missing odd key contributes 0.
-void bf16_pack_weight_pairs(const float* s_t, std::int64_t num_keys, std::int64_t rows,
-                            std::int64_t rows_stride, std::uint32_t* p_pairs);
-
 // dst[i] = the bf16 of fp8 code src[i] (dtype e4m3 or e5m2), i < n: exact, every fp8 value is a
 // bf16 one (fp8 unscaled).
 void fp8_to_bf16(const std::uint8_t* src, DType dtype, std::int64_t n, std::uint16_t* dst);
