@@ -94,4 +94,15 @@ __device__ __forceinline__ void tma_load_5d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
+// tma_load_5d with an L2 policy that evicts the box's lines first (streamed data).
+__device__ __forceinline__ void tma_load_5d_evict_first(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3,
+                                                        int c4, std::uint64_t* bar) {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n"
+      ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_address(bar)), "l"(policy)
+      : "memory");
+}
+
 }  // namespace pagedattn::cuda::sm90
