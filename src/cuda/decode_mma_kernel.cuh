@@ -546,9 +546,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
           const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
           if (prm.tma_whole_rows) {
-            // K and V are read once: their lines go first when L2 needs room, which keeps the
-            // split partials and page ids there (H100: d-long1 -2.3%, 4 x 8192 -2.8%, d-b256
-            // -1.3%; shared-prefix pages and the cascade unchanged; docs/perf-notes.md).
+            // K and V are read once: their lines go first when L2 needs room (H100: d-long1
+            // -2.3%, 4 x 8192 -2.8%, d-b256 -1.3%; shared-prefix pages and the cascade
+            // unchanged; why it pays is not measured, see docs/perf-notes.md).
             sm90::tma_load_5d_evict_first(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar);
             sm90::tma_load_5d_evict_first(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar);
           } else {
