@@ -94,11 +94,23 @@ __device__ __forceinline__ void tma_load_5d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
-// tma_load_5d with an L2 policy that evicts the box's lines first (streamed data).
-__device__ __forceinline__ void tma_load_5d_evict_first(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3,
-                                                        int c4, std::uint64_t* bar) {
+// An L2 policy under which the lines a copy brings in are the first to go when L2 needs room:
+// for K/V rows that one kernel reads once. A constant: the compiler folds it into the copies.
+__device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
   std::uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// The 4-d and 5-d loads under an L2 cache policy.
+__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3,
+                                            std::uint64_t* bar, std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
+      ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_address(bar)), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(std::uint32_t dst, const void* map, int c0, int c1, int c2, int c3, int c4,
+                                            std::uint64_t* bar, std::uint64_t policy) {
   asm volatile(
       "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n"
       ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_address(bar)), "l"(policy)

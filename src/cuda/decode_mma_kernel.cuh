@@ -545,18 +545,21 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           sm90::mbarrier_arrive_expect_tx(bar, 2 * live_boxes * kTokens * 128);
           const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
           const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
+          // K and V are read once: their lines go first when L2 needs room (H100, whole-row
+          // boxes: d-long1 -2.3%, 4 x 8192 -2.8%, d-b256 -1.3%; shared-prefix pages and the
+          // cascade unchanged; why it pays is not measured, see docs/perf-notes.md). The
+          // cp.async copies below carry none: with one, nvcc 13.0 emitted copies that fault as
+          // illegal instructions (docs/perf-notes.md, v36).
+          const std::uint64_t kv_policy = sm90::l2_evict_first_policy();
           if (prm.tma_whole_rows) {
-            // K and V are read once: their lines go first when L2 needs room (H100: d-long1
-            // -2.3%, 4 x 8192 -2.8%, d-b256 -1.3%; shared-prefix pages and the cascade
-            // unchanged; why it pays is not measured, see docs/perf-notes.md).
-            sm90::tma_load_5d_evict_first(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar);
-            sm90::tma_load_5d_evict_first(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar);
+            sm90::tma_load_5d(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
+            sm90::tma_load_5d(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
           } else {
 #pragma unroll
             for (int h = 0; h < kD / 64; ++h) {
               if (h >= live_boxes) break;
-              sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar);
-              sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar);
+              sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar, kv_policy);
+              sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar, kv_policy);
             }
           }
         }
