@@ -82,6 +82,9 @@ struct CudaDecodeBenchConfig {
   int device = 0;
   int warmup = 10;
   int iterations = 100;  // median and min over these
+  // true: each case captured once in a CUDA graph and replayed (no host work in the timed
+  // region); false: decode called directly between the events, as eager frameworks run it.
+  bool graph = true;
   std::vector<CudaDecodeShape> shapes;
 };
 

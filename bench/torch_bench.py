@@ -31,6 +31,21 @@ def time_us(fn, iters, warmup=5, warmup_ms=0.0):
     return statistics.median(times), min(times)
 
 
+def graph_replay(fn, warmup=3):
+    """fn captured once in a CUDA graph (after `warmup` calls on a side stream, as capture
+    wants): returns the replay, to time as the C++ benchmarks time their captured graphs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def write_records(path, records):
     """One JSON object a line, as the C++ benchmarks write them."""
     with open(path, "w") as f:

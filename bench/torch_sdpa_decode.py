@@ -4,7 +4,11 @@ of BENCHMARKS.md with a contiguous (non-paged) KV cache: what a user would pick 
 paged kernel. Prints one JSON record per (shape, heads, backend) in the benchmark contract.
 
 Usage: python3 bench/torch_sdpa_decode.py [--iters 50] [--head-dim 128] [--kv-heads 8,32]
-                                           [--shapes BxL,...] [--out FILE]
+                                           [--shapes BxL,...] [--launch calls|graph] [--out FILE]
+
+--launch calls (the default) times each eager call between two events; graph captures each
+case once in a CUDA graph and times its replays, as `pagedattn bench decode` does by default
+(its --launch calls matches the eager timing).
 """
 import argparse
 import json
@@ -13,7 +17,7 @@ import random
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_bench import time_us, write_records
+from torch_bench import graph_replay, time_us, write_records
 
 SHAPES = [("d-long1", [32768]), ("d-mid16", [4096] * 16), ("d-b64", [2048] * 64),
           ("d-b256", [1024] * 256), ("d-b32-16k", [16384] * 32)]
@@ -52,6 +56,8 @@ def main():
     ap.add_argument("--kv-heads", default="8,32", help="KV head counts to time, 32 query heads each")
     ap.add_argument("--shapes", help="comma-separated BATCHxLENGTH shapes (e.g. 66x2048) instead of "
                                      "BENCHMARKS.md's table")
+    ap.add_argument("--launch", choices=("calls", "graph"), default="calls",
+                    help="calls: eager calls between events; graph: replays of a captured CUDA graph")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -72,12 +78,12 @@ def main():
                        "dtype": "bf16", "kv_dtype": "bf16", "layout": "contiguous", "page_size": 0,
                        "num_q_heads": hq, "num_kv_heads": hkv, "head_dim": d, "batch": b,
                        "shape": name, "seq_lens_desc": name + (" (padded to max)" if name == "d-ragged" else ""),
-                       "ceiling_gbps": ceiling}
+                       "ceiling_gbps": ceiling, "launch": args.launch}
                 try:
                     with sdpa_kernel(which):
                         fn = lambda: torch.nn.functional.scaled_dot_product_attention(
                             q, k, v, enable_gqa=hkv != hq)
-                        med, mn = time_us(fn, args.iters)
+                        med, mn = time_us(graph_replay(fn) if args.launch == "graph" else fn, args.iters)
                     gbps = valid_bytes / (med * 1e-6) / 1e9
                     rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
                                 "ratio_to_ceiling": gbps / ceiling})

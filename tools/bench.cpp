@@ -28,6 +28,7 @@ struct BenchOptions {
   std::int64_t head_dim = 128;
   std::int64_t batch = 0;  // 0: the benchmark's default
   int partition_size = 0;  // GPU decode: split-K partition in tokens, 0: the planner's
+  std::string launch = "graph";  // GPU decode: "graph" (captured, replayed) or "calls"
   std::uint64_t seed = 1234;
   bool json = false;
   std::string out_file;
@@ -142,6 +143,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   bench::CudaDecodeBenchConfig c;
   c.device = device.index;
   apply_timing_options(o, c);
+  c.graph = o.launch == "graph";
   check_arg(!o.standard_shapes || o.partition_size == 0, "--partition-size: not with --standard-shapes");
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_decode_shapes();
@@ -228,9 +230,10 @@ int run_decode(const BenchOptions& o) {
     return run_cuda_decode(o, device);
   }
 #endif
+  require_cpu(o);  // first: with --device cuda in a CPU-only build, that is the error to report
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
   check_arg(o.partition_size == 0, "--partition-size: only with --device cuda");
-  require_cpu(o);
+  check_arg(o.launch == "graph", "--launch: only with --device cuda");
   bench::DecodeBenchConfig c;
   apply_shared_options(o, c);
   c.q_dtype = parse_dtype(o.q_dtype);
@@ -317,6 +320,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   decode->add_option("--partition-size", d->partition_size,
                      "GPU only: split-K partition in tokens (0: the planner's choice)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  decode->add_option("--launch", d->launch,
+                     "GPU only: graph (each case captured once and replayed) or calls (decode called "
+                     "directly between the timing events, as eager frameworks launch)")
+      ->check(CLI::IsMember({"graph", "calls"}))->capture_default_str();
   decode->callback([&action, d] { action = [d] { return run_decode(*d); }; });
 
   auto p = std::make_shared<BenchOptions>();
