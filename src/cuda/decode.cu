@@ -231,6 +231,68 @@ __global__ void __launch_bounds__(kDecodeThreads) merge_splits_kernel(const __gr
   if (t == 0 && p.qo.lse) p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
 }
 
+// The merge for plans of few splits (at most kRowMergeSplits): one warp per (sequence, query
+// head), lane l owning dims 4l.. and 128 + 4l.. as float4s; every split's LSE and rows are
+// loaded at once, so a row takes one L2 round trip after the wait, and a CTA merges
+// kRowMergeWarps rows. The CTA-per-row kernel above takes a whole CTA for every row: with
+// thousands of rows its grid runs in waves of latency-bound CTAs (H100, GQA 32/8 bf16, two
+// splits each: 64 x 2048 tokens 10 us of merge, 256 x 1024 39 us).
+constexpr int kRowMergeSplits = 8;
+constexpr int kRowMergeWarps = 8;
+
+__global__ void __launch_bounds__(32 * kRowMergeWarps)
+    merge_split_rows_kernel(const __grid_constant__ DecodeKernelParams prm) {
+  const detail::AttentionProblem& p = prm.p;
+  const std::int64_t H = p.num_q_heads;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * kRowMergeWarps + threadIdx.x / 32;
+  const bool live_row = row < p.num_seqs * H;
+  const std::int64_t s = live_row ? row / H : 0, h = live_row ? row % H : 0;
+  // Inputs of the decode, not its outputs: read before the wait (as in merge_splits_kernel).
+  const std::int64_t n = live_row ? num_splits_of(prm, p.pages_of(s).kv_len) : 0;
+  const float sink = n > 1 && p.variant.sinks ? p.variant.sinks[h] * kLog2e : neg_inf();
+  wait_for_primary_grid();
+  if (n <= 1) return;  // no row, or one written directly by the decode kernel
+  const int D = static_cast<int>(p.head_dim), lane = threadIdx.x & 31;
+  const int d0 = 4 * lane, d1 = 128 + 4 * lane;
+  const std::int64_t base = s * prm.max_splits * H + h;  // split i at base + i * H
+  float lse[kRowMergeSplits];
+  float4 v0[kRowMergeSplits], v1[kRowMergeSplits];
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int i = 0; i < kRowMergeSplits; ++i) {
+    const bool live = i < n;
+    const float* split_row = prm.part_o + (base + i * H) * D;
+    lse[i] = live ? prm.part_lse[base + i * H] : neg_inf();
+    v0[i] = live && d0 < D ? *reinterpret_cast<const float4*>(split_row + d0) : zero;
+    v1[i] = live && d1 < D ? *reinterpret_cast<const float4*>(split_row + d1) : zero;
+  }
+  float M = sink;  // base-2 LSEs; the sink is one more term
+#pragma unroll
+  for (int i = 0; i < kRowMergeSplits; ++i) M = fmaxf(M, lse[i]);
+  float L = 0.0f;
+  float4 o0 = zero, o1 = zero;
+  if (M != neg_inf()) {
+#pragma unroll
+    for (int i = 0; i < kRowMergeSplits; ++i) {
+      const float w = exp2f(lse[i] - M);  // 0 for splits past n
+      L += w;
+      o0 = make_float4(fmaf(w, v0[i].x, o0.x), fmaf(w, v0[i].y, o0.y), fmaf(w, v0[i].z, o0.z), fmaf(w, v0[i].w, o0.w));
+      o1 = make_float4(fmaf(w, v1[i].x, o1.x), fmaf(w, v1[i].y, o1.y), fmaf(w, v1[i].z, o1.z), fmaf(w, v1[i].w, o1.w));
+    }
+    if (sink != neg_inf()) L += exp2f(sink - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  const auto out_size = static_cast<std::int64_t>(dtype_size(p.qo.out_dtype));
+  std::byte* o_row = p.qo.out + (s * p.qo.out_token_stride + h * p.qo.out_head_stride) * out_size;
+  const float r0[4] = {o0.x, o0.y, o0.z, o0.w}, r1[4] = {o1.x, o1.y, o1.z, o1.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // head_dim is a multiple of 8: a float4 is live or not as a whole
+    if (d0 < D) store_one(o_row, p.qo.out_dtype, d0 + j, r0[j] * inv);
+    if (d1 < D) store_one(o_row, p.qo.out_dtype, d1 + j, r1[j] * inv);
+  }
+  if (lane == 0 && p.qo.lse) p.qo.lse[s * p.qo.lse_token_stride + h * p.qo.lse_head_stride] = natural_lse(M, L);
+}
+
 DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
                        const DecodeOptions& options, int device) {
   const std::int64_t P = p.kv.page_size;
@@ -348,17 +410,26 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (plan.max_splits > 1) {
     // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
     // waits in wait_for_primary_grid() until its partial states are written.
+    // Few splits: a warp per row (PAGEDATTN_DECODE_ROW_MERGE=0 keeps a CTA per row, for tests).
+    const bool row_merge = plan.max_splits <= kRowMergeSplits && !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
+    const std::int64_t rows = p.num_seqs * p.num_q_heads;
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_q_heads));
-    config.blockDim = dim3(kDecodeThreads);
+    config.gridDim = row_merge ? dim3(static_cast<unsigned>((rows + kRowMergeWarps - 1) / kRowMergeWarps))
+                               : dim3(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_q_heads));
+    config.blockDim = dim3(row_merge ? 32 * kRowMergeWarps : kDecodeThreads);
     config.stream = stream;
     cudaLaunchAttribute attribute = {};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;
     config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
-    check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
-    check_launch("merge_splits_kernel", stream);
+    if (row_merge) {
+      check_cuda(cudaLaunchKernelEx(&config, merge_split_rows_kernel, prm), "merge_split_rows_kernel launch");
+      check_launch("merge_split_rows_kernel", stream);
+    } else {
+      check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
+      check_launch("merge_splits_kernel", stream);
+    }
   }
 }
 

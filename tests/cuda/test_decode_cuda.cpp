@@ -142,6 +142,12 @@ std::vector<Case> cases() {
   { Case c; c.head_dim = 256; c.variant = DecodeVariant::kSplitK; c.partition = 16; c.sinks = true; c.lens = {600, 33, 1}; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 16; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 48; c.page_size = 3; c.window = 100; c.alibi = true; c.soft_cap = 8.0f; c.lens = ragged; out.push_back(c); }
+  // At most 8 splits: the merge takes a warp per (sequence, head) (merge_split_rows_kernel);
+  // head_dim 192 and 256 give its second float4 of dims, partly and wholly live.
+  { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 512; c.sinks = true; c.alibi = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.q = DType::kF32; c.kv = DType::kF16; c.variant = DecodeVariant::kSplitK; c.partition = 272; c.num_q_heads = 12; c.num_kv_heads = 3; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.head_dim = 192; c.variant = DecodeVariant::kSplitK; c.partition = 128; c.window = 300; c.lens = {600, 33, 1, 1000}; out.push_back(c); }
+  { Case c; c.head_dim = 256; c.variant = DecodeVariant::kSplitK; c.partition = 96; c.sinks = true; c.soft_cap = 6.0f; c.lens = {600, 33, 1, 0, 768}; out.push_back(c); }
   { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.head_dim = 80; c.csr = true; c.lens = ragged; out.push_back(c); }
   // head_dim 256 on tensor cores (Q's fragments in shared memory): fp8 both ways, HND with
   // variants, GQA 32/8 rows long enough for several page-id chunks.

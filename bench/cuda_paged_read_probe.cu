@@ -1,0 +1,190 @@
+// Paged read probe: how fast the simplest kernel reads exactly a decode shape's valid K/V bytes
+// through its page table (16-byte streaming loads, nothing else: no attention, no pipeline, no
+// merge), with the page ids shuffled as the benchmarks shuffle them or in order, for page sizes
+// and layouts chosen on the command line, next to the same loads over one flat buffer of the
+// same size. The rates of one run separate what scattered pages cost the memory system from
+// what a decode kernel adds to it. Not a benchmark of record: `pagedattn bench decode` is
+// (docs/perf-notes.md). One JSON record per line on stdout.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "benchmarks.h"
+#include "cuda_bench_util.h"
+
+namespace {
+
+using pagedattn::bench::Gpu;
+using pagedattn::bench::ok;
+
+constexpr int kRowVecs = 16;  // one head's row of 128 bf16 = 16 x 16 bytes
+constexpr int kTile = 16;     // rows a warp loads at once (8 loads per lane for K, 8 for V)
+
+struct ProbeArgs {
+  const uint4* k;
+  const uint4* v;
+  const std::int32_t* table;  // [seqs, max_pages]
+  std::int64_t max_pages;
+  int seq_len, page_size, kv_heads, tokens_per_cta, splits;
+  bool hnd;
+  std::uint32_t* sink;  // one word per CTA, so that no load is dead code
+};
+
+__device__ std::int64_t row_offset(const ProbeArgs& a, int seq, int head, int token) {
+  const std::int64_t page = a.table[seq * a.max_pages + token / a.page_size];
+  const int slot = token % a.page_size;
+  const std::int64_t row = a.hnd ? (page * a.kv_heads + head) * a.page_size + slot
+                                 : (page * a.page_size + slot) * a.kv_heads + head;
+  return row * kRowVecs;
+}
+
+__device__ std::uint32_t fold(uint4 x) { return x.x ^ x.y ^ x.z ^ x.w; }
+
+// CTA = one split of one (sequence, KV head) row, as the decode's CTAs are; warp w loads the
+// split's tiles w, w + warps, ...; lane l the 16-byte piece l % 16 of row 2i + l / 16.
+__global__ void read_pages(ProbeArgs a) {
+  const int unit = blockIdx.x / a.splits, split = blockIdx.x % a.splits;
+  const int seq = unit / a.kv_heads, head = unit % a.kv_heads;
+  const int t0 = split * a.tokens_per_cta, t1 = min(a.seq_len, t0 + a.tokens_per_cta);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  std::uint32_t acc = 0;
+  for (int tile = t0 + warp * kTile; tile < t1; tile += warps * kTile) {
+    uint4 k[kTile / 2], v[kTile / 2];
+#pragma unroll
+    for (int i = 0; i < kTile / 2; ++i) {
+      const int token = tile + 2 * i + lane / 16;
+      if (token < t1) {
+        const std::int64_t off = row_offset(a, seq, head, token) + lane % 16;
+        k[i] = __ldcs(a.k + off);
+        v[i] = __ldcs(a.v + off);
+      } else {
+        k[i] = v[i] = make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kTile / 2; ++i) acc ^= fold(k[i]) ^ fold(v[i]);
+  }
+  for (int s = 16; s > 0; s /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
+  if (threadIdx.x == 0) a.sink[blockIdx.x] = acc;
+}
+
+// The same loads over two flat buffers of the same sizes: CTA c reads its contiguous slice.
+__global__ void read_flat(const uint4* k, const uint4* v, std::int64_t vecs_per_cta, std::int64_t vecs,
+                          std::uint32_t* sink) {
+  const std::int64_t begin = blockIdx.x * vecs_per_cta, end = min(vecs, begin + vecs_per_cta);
+  std::uint32_t acc = 0;
+  for (std::int64_t base = begin + threadIdx.x; base < end; base += 8 * blockDim.x) {
+    uint4 kk[8], vv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const std::int64_t j = base + i * blockDim.x;
+      kk[i] = j < end ? __ldcs(k + j) : make_uint4(0, 0, 0, 0);
+      vv[i] = j < end ? __ldcs(v + j) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc ^= fold(kk[i]) ^ fold(vv[i]);
+  }
+  for (int s = 16; s > 0; s /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
+  if (threadIdx.x % 32 == 0) atomicXor(sink + blockIdx.x % 1024, acc);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int batch = 64, seq_len = 2048, kv_heads = 8, iters = 50, tokens_per_cta = 512, threads = 256;
+  std::vector<int> page_sizes{16, 128, 1024};
+  std::vector<std::string> layouts{"nhd", "hnd"}, orders{"shuffled", "sequential"};
+  std::string shape = "d-b64";
+  CLI::App app{"Paged read probe: a decode shape's K/V bytes read through its page table, nothing else"};
+  app.add_option("--batch", batch, "Sequences")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--seq-len", seq_len, "Tokens per sequence")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--kv-heads", kv_heads, "KV heads (head_dim 128, bf16)")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--page-sizes", page_sizes, "Page sizes")->check(CLI::Range(1, 1 << 16))->delimiter(',');
+  app.add_option("--layouts", layouts, "nhd, hnd")->check(CLI::IsMember({"nhd", "hnd"}))->delimiter(',');
+  app.add_option("--orders", orders, "shuffled, sequential")->check(CLI::IsMember({"shuffled", "sequential"}))->delimiter(',');
+  app.add_option("--tokens-per-cta", tokens_per_cta, "Tokens of one row a CTA reads")
+      ->check(CLI::Range(16, 1 << 24))->capture_default_str();
+  app.add_option("--threads", threads, "Threads per CTA")->check(CLI::IsMember({64, 128, 256, 512}))->capture_default_str();
+  app.add_option("--iters", iters, "Graph replays timed")->check(CLI::Range(3, 1 << 20))->capture_default_str();
+  app.add_option("--shape", shape, "Name written into the records")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    using namespace pagedattn::bench;
+    const double ceiling = measure_cuda_copy_gbps(0);
+    const std::string device = cuda_device_name(0);
+    cudaStream_t stream;
+    ok(cudaStreamCreate(&stream), "stream");
+    const std::int64_t row_bytes = kRowVecs * 16, tokens = std::int64_t{batch} * seq_len;
+    const double bytes = 2.0 * static_cast<double>(tokens * kv_heads * row_bytes);
+    const int splits = (seq_len + tokens_per_cta - 1) / tokens_per_cta;
+    Gpu sink(static_cast<std::size_t>(std::max<std::int64_t>(std::int64_t{batch} * kv_heads * splits, 1024)) * 4);
+    const auto emit = [&](const std::string& access, const std::string& layout, int page, const std::string& order,
+                          const std::vector<double>& us) {
+      const double t = median(us), gbps = bytes / (t * 1e-6) / 1e9;
+      const nlohmann::json r = {{"op", "paged_read_probe"}, {"device", device}, {"shape", shape},
+                                {"access", access}, {"layout", layout}, {"page_size", page}, {"order", order},
+                                {"batch", batch}, {"seq_len", seq_len}, {"num_kv_heads", kv_heads},
+                                {"head_dim", 128}, {"bytes", bytes}, {"time_us_median", t},
+                                {"time_us_min", *std::min_element(us.begin(), us.end())},
+                                {"achieved_gbps", gbps}, {"ceiling_gbps", ceiling}, {"ratio_to_ceiling", gbps / ceiling},
+                                {"threads", threads}, {"tokens_per_cta", tokens_per_cta}};
+      std::printf("%s\n", r.dump().c_str());
+      std::fflush(stdout);
+    };
+    {
+      const std::int64_t vecs = tokens * kv_heads * kRowVecs;
+      Gpu k(static_cast<std::size_t>(vecs) * 16), v(static_cast<std::size_t>(vecs) * 16);
+      fill_random(k.ptr, static_cast<std::size_t>(vecs) * 16, pagedattn::DType::kBF16, 1);
+      fill_random(v.ptr, static_cast<std::size_t>(vecs) * 16, pagedattn::DType::kBF16, 2);
+      const std::int64_t ctas = std::int64_t{batch} * kv_heads * splits;
+      const std::int64_t per_cta = (vecs + ctas - 1) / ctas;
+      const auto call = [&] {
+        read_flat<<<static_cast<unsigned>(ctas), threads, 0, stream>>>(
+            static_cast<const uint4*>(k.ptr), static_cast<const uint4*>(v.ptr), per_cta, vecs,
+            static_cast<std::uint32_t*>(sink.ptr));
+      };
+      emit("flat", "contiguous", 0, "sequential", time_captured(stream, call, 5, iters));
+    }
+    for (const int page : page_sizes) {
+      const std::int64_t pages_per_seq = (seq_len + page - 1) / page, pages = batch * pages_per_seq;
+      const std::size_t pool_bytes = static_cast<std::size_t>(pages * page * kv_heads * row_bytes);
+      Gpu k(pool_bytes), v(pool_bytes), table(static_cast<std::size_t>(pages) * 4);
+      fill_random(k.ptr, pool_bytes, pagedattn::DType::kBF16, 1);
+      fill_random(v.ptr, pool_bytes, pagedattn::DType::kBF16, 2);
+      for (const std::string& order : orders) {
+        std::vector<std::int32_t> ids = order == "shuffled" ? shuffled_page_ids(pages) : std::vector<std::int32_t>(pages);
+        if (order == "sequential") std::iota(ids.begin(), ids.end(), 0);
+        ok(cudaMemcpy(table.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "table");
+        for (const std::string& layout : layouts) {
+          const ProbeArgs a{static_cast<const uint4*>(k.ptr), static_cast<const uint4*>(v.ptr),
+                            static_cast<const std::int32_t*>(table.ptr), pages_per_seq, seq_len, page, kv_heads,
+                            tokens_per_cta, splits, layout == "hnd", static_cast<std::uint32_t*>(sink.ptr)};
+          const unsigned ctas = static_cast<unsigned>(batch * kv_heads * splits);
+          const auto call = [&] { read_pages<<<ctas, threads, 0, stream>>>(a); };
+          emit("paged", layout, page, order, time_captured(stream, call, 5, iters));
+        }
+      }
+    }
+    ok(cudaGetLastError(), "launch");
+    cudaStreamDestroy(stream);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_paged_read_probe: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
