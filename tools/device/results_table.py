@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Markdown table of pagedattn's CUDA records beside the competitor records of the same run:
-results_table.py PAGEDATTN_JSON COMPETITOR_JSON [FLOOR_JSON]. The files hold one JSON object a line.
+results_table.py PAGEDATTN_JSON COMPETITOR_JSON [FLOOR_JSON [PAGED_FLOOR_JSON]]. The files hold one
+JSON object a line.
 Decode records are rated in GB/s against the copy ceiling, prefill / append records in
 TFLOP/s against the matmul ceiling, cascade records by the distinct KV bytes against the copy
 ceiling and by their speed-up over plain decode (no competitor file). Decode tables take an
 optional third file, bench/torch_read_floor.py's records: the faster of two contiguous
 one-launch streams of the shape's bytes (a row reduction, a copy), as a percentage of the same
-copy ceiling."""
+copy ceiling. A fourth file, bench/cuda_paged_read_probe's records, adds the paged floor: the same
+bytes read through shuffled pages by a kernel that does nothing else (its fastest record of
+shuffled pages per shape), rated against the ceiling its own run measured."""
 import json
 import sys
 
@@ -18,11 +21,10 @@ def load(path):
 
 def main():
     ours, theirs = load(sys.argv[1]), load(sys.argv[2]) if len(sys.argv) > 2 else []
-    floors = {}  # the fastest of the simple streams per shape (their speeds move between shapes)
-    for r in load(sys.argv[3]) if len(sys.argv) > 3 else []:
-        key = (r["shape"], r["num_kv_heads"])
-        if "ratio_to_ceiling" in r and (key not in floors or r["ratio_to_ceiling"] > floors[key]["ratio_to_ceiling"]):
-            floors[key] = r
+    # The fastest of the simple streams per shape (their speeds move between shapes).
+    floors = fastest_per_shape(load(sys.argv[3]) if len(sys.argv) > 3 else [])
+    paged_floors = fastest_per_shape(r for r in (load(sys.argv[4]) if len(sys.argv) > 4 else [])
+                                     if r.get("access") == "paged" and r.get("order") == "shuffled")
     if ours and "achieved_tflops" in ours[0]:
         return compute_table(ours, theirs)
     if ours and ours[0]["op"] == "cascade":
@@ -36,10 +38,10 @@ def main():
             best[key] = r
     print(f"Device: {ours[0]['device'] if ours else '?'}; copy ceiling {ours[0]['ceiling_gbps']:.0f} GB/s" if ours else "")
     print()
-    floor_head = " stream floor % |" if floors else ""
+    floor_head = (" stream floor % |" if floors else "") + (" paged floor % |" if paged_floors else "")
     print("| shape | heads q/kv | kv dtype | page | time µs (median) | GB/s | % of copy ceiling | fastest SDPA | SDPA µs | speed-up |"
           + floor_head)
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if floors else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if floors else "") + ("---|" if paged_floors else ""))
     for r in ours:
         key = (r["shape"], r["num_q_heads"], r["num_kv_heads"])
         comp = best.get(key) if r["kv_dtype"] == "bf16" and r["page_size"] == 16 else None
@@ -47,12 +49,23 @@ def main():
                      if comp else "- | - | -")
         print(f"| {r['shape']} | {r['num_q_heads']}/{r['num_kv_heads']} | {r['kv_dtype']} | {r['page_size']} | "
               f"{r['time_us_median']:.1f} | {r['achieved_gbps']:.0f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |"
-              + (floor_cell(floors.get((r["shape"], r["num_kv_heads"])), r) if floors else ""))
+              + (floor_cell(floors.get((r["shape"], r["num_kv_heads"])), r) if floors else "")
+              + (floor_cell(paged_floors.get((r["shape"], r["num_kv_heads"])), r) if paged_floors else ""))
+
+
+def fastest_per_shape(records):
+    """The record of the highest ratio to the ceiling per (shape, KV heads)."""
+    best = {}
+    for r in records:
+        key = (r["shape"], r["num_kv_heads"])
+        if "ratio_to_ceiling" in r and (key not in best or r["ratio_to_ceiling"] > best[key]["ratio_to_ceiling"]):
+            best[key] = r
+    return best
 
 
 def floor_cell(floor, r):
-    """A bf16 shape's stream floor as a percentage of the copy ceiling its own run measured."""
-    if floor is None or r["kv_dtype"] != "bf16":
+    """A bf16 page-16 shape's floor as a percentage of the copy ceiling its own run measured."""
+    if floor is None or r["kv_dtype"] != "bf16" or r["page_size"] != 16:
         return " - |"
     return f" {100 * floor['ratio_to_ceiling']:.1f} |"
 

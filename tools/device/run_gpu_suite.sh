@@ -3,7 +3,8 @@
 #   1. configure and build the CUDA configuration (build-gpu/, sm_90 unless CUDA_ARCHS is set);
 #   2. run the `cuda` tests and the `sanitizer` tests (compute-sanitizer memcheck, racecheck);
 #   3. run `pagedattn bench decode --device cuda` and bench/torch_sdpa_decode.py (PyTorch SDPA
-#      on a contiguous cache, the competitor), then `pagedattn bench prefill --device cuda` and
+#      on a contiguous cache, the competitor) with the read floors of the same shapes
+#      (bench/torch_read_floor.py contiguous, bench/cuda_paged_read_probe paged), then `pagedattn bench prefill --device cuda` and
 #      bench/torch_sdpa_prefill.py (SDPA and flex_attention) in the same call, and
 #      `pagedattn bench cascade --device cuda` (shared prefix: plain decode vs. the cascade);
 #      with PREFILL_HEAD_DIMS (e.g. "64 256"), the prefill table and its competitors once more
@@ -63,8 +64,18 @@ if ((!skip_bench)); then
   PYTHONUNBUFFERED=1 python3 bench/torch_sdpa_decode.py --launch graph --out "$RESULTS_DIR/decode_torch.json" >/dev/null || status=1
   log "read floors: a contiguous one-launch read of each shape's bytes"
   PYTHONUNBUFFERED=1 python3 bench/torch_read_floor.py --out "$RESULTS_DIR/decode_floor.json" >/dev/null || status=1
+  log "paged read floors: each shape's bytes through shuffled 16-token pages, nothing else"
+  # 256 tokens per CTA of 8 warps: the grid at which the bare reader was fastest on every shape
+  # (docs/perf-notes.md, "The paged read floor"). d-ragged's lengths are not probed.
+  for heads in 8 32; do
+    for shape in "d-long1 1 32768" "d-mid16 16 4096" "d-b64 64 2048" "d-b256 256 1024" "d-b32-16k 32 16384"; do
+      read -r name batch len <<<"$shape"
+      build-gpu/bench/cuda_paged_read_probe --shape "$name" --batch "$batch" --seq-len "$len" --kv-heads "$heads" \
+        --tokens-per-cta 256 --threads 256 --page-sizes 16 --layouts nhd --orders shuffled || status=1
+    done
+  done >"$RESULTS_DIR/decode_paged_floor.json"
   python3 tools/device/results_table.py "$RESULTS_DIR/decode_cuda.json" "$RESULTS_DIR/decode_torch.json" \
-    "$RESULTS_DIR/decode_floor.json" | tee "$RESULTS_DIR/decode.md"
+    "$RESULTS_DIR/decode_floor.json" "$RESULTS_DIR/decode_paged_floor.json" | tee "$RESULTS_DIR/decode.md"
   # Compute-bound kernels run at the clock the GPU's power limit leaves them, which moves with
   # its temperature: the prefill benchmark and its competitors take turns for PREFILL_ROUNDS
   # rounds and the table compares medians.
