@@ -18,6 +18,11 @@ namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
+// Entry prefetch (see decode()): tiles asked of L2 past the pipeline, and the longest CTA that
+// takes them (H100, 6 tiles: 1024-token CTAs gain 2%; 14 tiles lost everywhere; 4096-token
+// CTAs of MHA 1 x 32768 neither gain nor lose).
+constexpr int kEntryPrefetchTiles = 6;
+constexpr std::int64_t kEntryPrefetchMaxTokens = 2048;
 // A CTA's keys from which a ragged batch's CTAs take four warps (use_wide_ctas).
 constexpr std::int64_t kWideCtaTokens = 6144;
 
@@ -385,6 +390,15 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   }
   const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
   const int lanes = choice.lanes, g_tile = choice.g_tile;
+  // A one-wave grid of short split CTAs spends a large share of each CTA's life before its
+  // pipeline is full, while every CTA asks at once: its first tiles past the pipeline are asked
+  // of L2 at entry (H100: 1 x 32768 and 4 x 8192 GQA -2%; grids of longer or more CTAs lose,
+  // 64 x 2048 +3%, where the early lines crowd L2; docs/perf-notes.md, v38).
+  const GridFill entry_fill = grid_fill(grid, device);
+  if (plan.max_splits > 1 && plan.cta_tokens <= kEntryPrefetchMaxTokens && entry_fill.ctas <= 2 * entry_fill.sms &&
+      !detail::env_switched_off("PAGEDATTN_DECODE_ENTRY_PREFETCH")) {
+    prm.entry_prefetch_tiles = kEntryPrefetchTiles;
+  }
   if (use_tma_tiles(p, plan, choice, device, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);

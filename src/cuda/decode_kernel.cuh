@@ -45,6 +45,7 @@ struct DecodeKernelParams {
   std::int64_t partition_tokens = 0;
   std::int64_t max_splits = 1;
   int head_tiles = 1;           // ceil(group_size / kG)
+  int entry_prefetch_tiles = 0;  // TMA tiles past the pipeline asked of L2 at a CTA's entry
   bool k_vec = false, v_vec = false;  // 8-element vectors of K / V rows are contiguous, aligned
   FastDiv page_div;                   // by page_size
   float* part_o = nullptr;      // [num_seqs, max_splits, num_q_heads, head_dim]

@@ -531,15 +531,20 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       v_off = page * va.page_stride + slot * va.token_stride;
     };
 
+    // TMA tiles lie in one page: the page and slot of tile j's first key.
+    auto tile_page_slot = [&](std::int64_t j, int& page, int& slot) {
+      const auto local = static_cast<std::uint32_t>(tile_start(j) - cp0 * P);
+      const std::uint32_t page_idx = prm.page_div.div(local);
+      page = s_pages[page_idx];
+      slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
+    };
     auto issue = [&](std::int64_t j) {
       if constexpr (kTma) {
         // The tile lies in one page (page_tiles); keys of it outside [c_begin, c_end) are in
         // that page too, so the boxes never leave the pool (their V rows are zeroed on arrival).
         if (j < n_mine && lane == 0) {
-          const auto local = static_cast<std::uint32_t>(tile_start(j) - cp0 * P);
-          const std::uint32_t page_idx = prm.page_div.div(local);
-          const int page = s_pages[page_idx];
-          const int slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
+          int page, slot;
+          tile_page_slot(j, page, slot);
           const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
           std::uint64_t* bar = &warp_bars[stage_of(j)];
           sm90::mbarrier_arrive_expect_tx(bar, 2 * live_boxes * kTokens * 128);
@@ -631,6 +636,16 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 
 #pragma unroll
     for (int j = 0; j < kStages - kStep; ++j) issue(j);
+    if constexpr (kTma) {  // the warp's next tiles past the pipeline, asked of L2 at entry (prm.entry_prefetch_tiles)
+      if (tiles_done == 0 && lane == 0 && prm.tma_whole_rows) {
+        for (std::int64_t j = kStages - kStep; j < kStages - kStep + prm.entry_prefetch_tiles && j < n_mine; ++j) {
+          int page, slot;
+          tile_page_slot(j, page, slot);
+          sm90::tma_prefetch_5d(&prm.k_tiles, 0, slot, 0, kv_head, page);
+          sm90::tma_prefetch_5d(&prm.v_tiles, 0, slot, 0, kv_head, page);
+        }
+      }
+    }
     for (std::int64_t j = 0; j < n_mine; j += kStep) {
       // The step's tiles that exist: with an odd count the last step has one (warp-uniform).
       const int step_tiles = static_cast<int>(min(static_cast<std::int64_t>(kStep), n_mine - j));
