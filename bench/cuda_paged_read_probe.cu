@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "benchmarks.h"
 #include "cuda_bench_util.h"
 
@@ -95,11 +96,6 @@ __global__ void read_flat(const uint4* k, const uint4* v, std::int64_t vecs_per_
   }
   for (int s = 16; s > 0; s /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
   if (threadIdx.x % 32 == 0) atomicXor(sink + blockIdx.x % 1024, acc);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

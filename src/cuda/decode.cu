@@ -18,11 +18,6 @@ namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
-// Entry prefetch (see decode()): tiles asked of L2 past the pipeline, and the longest CTA that
-// takes them (H100, 6 tiles: 1024-token CTAs gain 2%; 14 tiles lost everywhere; 4096-token
-// CTAs of MHA 1 x 32768 neither gain nor lose).
-constexpr int kEntryPrefetchTiles = 6;
-constexpr std::int64_t kEntryPrefetchMaxTokens = 2048;
 // A CTA's keys from which a ragged batch's CTAs take four warps (use_wide_ctas).
 constexpr std::int64_t kWideCtaTokens = 6144;
 
@@ -160,6 +155,19 @@ bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
 }
 
 // Programmatic dependent launch needs sm_90.
+// TMA tiles past the pipeline that each warp asks of L2 at its CTA's start. A one-wave grid of
+// short split CTAs spends a large share of each CTA's life before its pipeline is full, while
+// every CTA asks at once. H100 (docs/perf-notes.md, CUDA decode v38): 6 tiles, 1 x 32768 and
+// 4 x 8192 GQA -2%; 14 tiles lost everywhere; longer CTAs (MHA 1 x 32768's 4096 keys) neither
+// gain nor lose, and grids of more CTAs lose (64 x 2048 +3%: the early lines crowd L2).
+// PAGEDATTN_DECODE_ENTRY_PREFETCH=0 turns it off.
+constexpr int kEntryPrefetchTiles = 6;
+constexpr std::int64_t kEntryPrefetchMaxTokens = 2048;
+int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan) {
+  const bool short_split_wave = plan.max_splits > 1 && plan.cta_tokens <= kEntryPrefetchMaxTokens && g.ctas <= 2 * g.sms;
+  return short_split_wave && !detail::env_switched_off("PAGEDATTN_DECODE_ENTRY_PREFETCH") ? kEntryPrefetchTiles : 0;
+}
+
 bool supports_dependent_launch(int device) {
   return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
 }
@@ -390,20 +398,12 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   }
   const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  // A one-wave grid of short split CTAs spends a large share of each CTA's life before its
-  // pipeline is full, while every CTA asks at once: its first tiles past the pipeline are asked
-  // of L2 at entry (H100: 1 x 32768 and 4 x 8192 GQA -2%; grids of longer or more CTAs lose,
-  // 64 x 2048 +3%, where the early lines crowd L2; docs/perf-notes.md, v38).
-  const GridFill entry_fill = grid_fill(grid, device);
-  if (plan.max_splits > 1 && plan.cta_tokens <= kEntryPrefetchMaxTokens && entry_fill.ctas <= 2 * entry_fill.sms &&
-      !detail::env_switched_off("PAGEDATTN_DECODE_ENTRY_PREFETCH")) {
-    prm.entry_prefetch_tiles = kEntryPrefetchTiles;
-  }
   if (use_tma_tiles(p, plan, choice, device, prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
     const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
+    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan);
     const bool rows = choice.key_rows;
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
@@ -422,10 +422,10 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   }
   check_launch("paged_decode_kernel", stream);
   if (plan.max_splits > 1) {
-    // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
-    // waits in wait_for_primary_grid() until its partial states are written.
     // Few splits: a warp per row (PAGEDATTN_DECODE_ROW_MERGE=0 keeps a CTA per row, for tests).
     const bool row_merge = plan.max_splits <= kRowMergeSplits && !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
+    // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
+    // waits in wait_for_primary_grid() until its partial states are written.
     const std::int64_t rows = p.num_seqs * p.num_q_heads;
     cudaLaunchConfig_t config = {};
     config.gridDim = row_merge ? dim3(static_cast<unsigned>((rows + kRowMergeWarps - 1) / kRowMergeWarps))
@@ -437,13 +437,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     attribute.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &attribute;
     config.numAttrs = supports_dependent_launch(device) ? 1 : 0;
-    if (row_merge) {
-      check_cuda(cudaLaunchKernelEx(&config, merge_split_rows_kernel, prm), "merge_split_rows_kernel launch");
-      check_launch("merge_split_rows_kernel", stream);
-    } else {
-      check_cuda(cudaLaunchKernelEx(&config, merge_splits_kernel, prm), "merge_splits_kernel launch");
-      check_launch("merge_splits_kernel", stream);
-    }
+    check_cuda(cudaLaunchKernelEx(&config, row_merge ? merge_split_rows_kernel : merge_splits_kernel, prm),
+               row_merge ? "merge_split_rows_kernel launch" : "merge_splits_kernel launch");
+    check_launch(row_merge ? "merge_split_rows_kernel" : "merge_splits_kernel", stream);
   }
 }
 
