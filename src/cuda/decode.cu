@@ -1,5 +1,6 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <string>
 
@@ -154,20 +155,32 @@ bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
   return detail::env_switch("PAGEDATTN_DECODE_WIDE", g.ctas <= g.sms || (plan.ragged && plan.cta_tokens >= kWideCtaTokens));
 }
 
-// Programmatic dependent launch needs sm_90.
-// TMA tiles past the pipeline that each warp asks of L2 at its CTA's start. A one-wave grid of
-// short split CTAs spends a large share of each CTA's life before its pipeline is full, while
-// every CTA asks at once. H100 (docs/perf-notes.md, CUDA decode v38): 6 tiles, 1 x 32768 and
-// 4 x 8192 GQA -2%; 14 tiles lost everywhere; longer CTAs (MHA 1 x 32768's 4096 keys) neither
-// gain nor lose, and grids of more CTAs lose (64 x 2048 +3%: the early lines crowd L2).
-// PAGEDATTN_DECODE_ENTRY_PREFETCH=0 turns it off.
-constexpr int kEntryPrefetchTiles = 6;
-constexpr std::int64_t kEntryPrefetchMaxTokens = 2048;
-int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan) {
-  const bool short_split_wave = plan.max_splits > 1 && plan.cta_tokens <= kEntryPrefetchMaxTokens && g.ctas <= 2 * g.sms;
-  return short_split_wave && !detail::env_switched_off("PAGEDATTN_DECODE_ENTRY_PREFETCH") ? kEntryPrefetchTiles : 0;
+// TMA tiles past the pipeline that each warp asks of L2 at its CTA's start. A one-wave grid
+// spends a large share of each CTA's life before its pipeline is full, while every CTA asks at
+// once; the burst fills DRAM's idle start. Where the grid's K/V exceed L2, what all CTAs ask at
+// once is held to a quarter of L2: more crowds out lines still in use. H100 (docs/perf-notes.md,
+// CUDA decode v38, v39), against no burst: GQA 1 x 32768 (256 two-warp CTAs) 3 tiles -3.3%
+// (6 tiles -2%, 14 tiles +18%); GQA 16 x 4096 (128 four-warp CTAs) 3 tiles -1.5%; MHA 1 x 32768
+// 3 tiles -0.6 to -1%; GQA 64 x 2048 (512 CTAs) 1 tile 0 to -1.4% (3 tiles +3%); grids of
+// 2048 CTAs lose at any count and get none. GQA 1 x 8192 (34 MB, fits L2) 6 tiles -15%, 3 -7%.
+// PAGEDATTN_DECODE_ENTRY_PREFETCH=0 turns it off; =N (1-32) asks N tiles on every TMA grid.
+constexpr std::int64_t kEntryPrefetchL2Share = 4;  // the bursts may ask 1/4 of L2
+constexpr std::int64_t kEntryPrefetchMaxTiles = 6;
+int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, std::int64_t tile_bytes, int device) {
+  const std::string_view forced = detail::env_value("PAGEDATTN_DECODE_ENTRY_PREFETCH");
+  if (!forced.empty()) {
+    int n = 0;
+    const auto [end, ec] = std::from_chars(forced.data(), forced.data() + forced.size(), n);
+    if (ec == std::errc() && end == forced.data() + forced.size() && n >= 0 && n <= 32) return n;
+  }
+  const std::int64_t l2 = cached_device_attribute(cudaDevAttrL2CacheSize, device);
+  const std::int64_t grid_bytes = g.ctas * plan.cta_tokens * (tile_bytes / 16);  // at most
+  if (grid_bytes <= l2) return kEntryPrefetchMaxTiles;
+  const std::int64_t per_tile = g.ctas * (wide ? 4 : 2) * tile_bytes;  // one tile for every warp
+  return static_cast<int>(std::min(kEntryPrefetchMaxTiles, l2 / kEntryPrefetchL2Share / std::max<std::int64_t>(1, per_tile)));
 }
 
+// Programmatic dependent launch needs sm_90.
 bool supports_dependent_launch(int device) {
   return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
 }
@@ -403,7 +416,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
     const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
-    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan);
+    // A tile: 16 keys' K and V rows.
+    const std::int64_t tile_bytes = 2 * 16 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
+    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide, tile_bytes, device);
     const bool rows = choice.key_rows;
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
