@@ -149,6 +149,10 @@ std::vector<Case> cases() {
   { Case c; c.kv = DType::kF8E4M3; c.head_dim = 192; c.variant = DecodeVariant::kSplitK; c.partition = 128; c.window = 300; c.lens = {600, 33, 1, 1000}; out.push_back(c); }
   { Case c; c.head_dim = 256; c.variant = DecodeVariant::kSplitK; c.partition = 96; c.sinks = true; c.soft_cap = 6.0f; c.lens = {600, 33, 1, 0, 768}; out.push_back(c); }
   { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.head_dim = 80; c.csr = true; c.lens = ragged; out.push_back(c); }
+  // 9 to 32 splits (one merge block of the CTA-per-row merge): rows of 32, 24, 10, 2, 1 and 0
+  // splits; head_dim 80 with f32 q, soft-cap and ALiBi.
+  { Case c; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.lens = {2048, 600, 1, 0, 1500, 65}; out.push_back(c); }
+  { Case c; c.head_dim = 80; c.q = DType::kF32; c.variant = DecodeVariant::kSplitK; c.partition = 48; c.soft_cap = 5.0f; c.alibi = true; c.lens = {700, 33, 1000}; out.push_back(c); }
   // head_dim 256 on tensor cores (Q's fragments in shared memory): fp8 both ways, HND with
   // variants, GQA 32/8 rows long enough for several page-id chunks.
   { Case c; c.head_dim = 256; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
