@@ -2,7 +2,9 @@
 // can cover every path on one machine and a measurement can compare them in one binary.
 #pragma once
 
+#include <charconv>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 namespace pagedattn::detail {
@@ -20,6 +22,16 @@ inline bool env_switched_off(const char* name) { return env_value(name) == "0"; 
 inline bool env_switch(const char* name, bool otherwise) {
   const std::string_view v = env_value(name);
   return v == "0" ? false : v == "1" ? true : otherwise;
+}
+
+// The value of `name` when it is set to an integer in [lo, hi]; otherwise none (the caller's own
+// choice stands).
+inline std::optional<int> env_int(const char* name, int lo, int hi) {
+  const std::string_view v = env_value(name);
+  int n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi) return std::nullopt;
+  return n;
 }
 
 }  // namespace pagedattn::detail

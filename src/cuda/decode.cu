@@ -1,6 +1,5 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <string>
 
@@ -167,12 +166,7 @@ bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
 constexpr std::int64_t kEntryPrefetchL2Share = 4;  // the bursts may ask 1/4 of L2
 constexpr std::int64_t kEntryPrefetchMaxTiles = 6;
 int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, std::int64_t tile_bytes, int device) {
-  const std::string_view forced = detail::env_value("PAGEDATTN_DECODE_ENTRY_PREFETCH");
-  if (!forced.empty()) {
-    int n = 0;
-    const auto [end, ec] = std::from_chars(forced.data(), forced.data() + forced.size(), n);
-    if (ec == std::errc() && end == forced.data() + forced.size() && n >= 0 && n <= 32) return n;
-  }
+  if (const auto forced = detail::env_int("PAGEDATTN_DECODE_ENTRY_PREFETCH", 0, 32)) return *forced;
   const std::int64_t l2 = cached_device_attribute(cudaDevAttrL2CacheSize, device);
   const std::int64_t grid_bytes = g.ctas * plan.cta_tokens * (tile_bytes / 16);  // at most
   if (grid_bytes <= l2) return kEntryPrefetchMaxTiles;
