@@ -165,12 +165,13 @@ bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
 // PAGEDATTN_DECODE_ENTRY_PREFETCH=0 turns it off; =N (1-32) asks N tiles on every TMA grid.
 constexpr std::int64_t kEntryPrefetchL2Share = 4;  // the bursts may ask 1/4 of L2
 constexpr std::int64_t kEntryPrefetchMaxTiles = 6;
-int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, std::int64_t tile_bytes, int device) {
+constexpr std::int64_t kTmaTileKeys = 16;  // keys per tile of the TMA kernel (its kTokens)
+// key_bytes: one key's K and V rows.
+int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, std::int64_t key_bytes, int device) {
   if (const auto forced = detail::env_int("PAGEDATTN_DECODE_ENTRY_PREFETCH", 0, 32)) return *forced;
   const std::int64_t l2 = cached_device_attribute(cudaDevAttrL2CacheSize, device);
-  const std::int64_t grid_bytes = g.ctas * plan.cta_tokens * (tile_bytes / 16);  // at most
-  if (grid_bytes <= l2) return kEntryPrefetchMaxTiles;
-  const std::int64_t per_tile = g.ctas * (wide ? 4 : 2) * tile_bytes;  // one tile for every warp
+  if (g.ctas * plan.cta_tokens * key_bytes <= l2) return kEntryPrefetchMaxTiles;  // the grid's K/V, at most
+  const std::int64_t per_tile = g.ctas * (wide ? 4 : 2) * kTmaTileKeys * key_bytes;  // one tile for every warp
   return static_cast<int>(std::min(kEntryPrefetchMaxTiles, l2 / kEntryPrefetchL2Share / std::max<std::int64_t>(1, per_tile)));
 }
 
@@ -410,9 +411,8 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);
     const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
-    // A tile: 16 keys' K and V rows.
-    const std::int64_t tile_bytes = 2 * 16 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
-    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide, tile_bytes, device);
+    const std::int64_t key_bytes = 2 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
+    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide, key_bytes, device);
     const bool rows = choice.key_rows;
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
