@@ -398,6 +398,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.v_transposed = choice.vt;
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
   prm.speculate_pages = !detail::env_switched_off("PAGEDATTN_DECODE_PAGE_SPECULATION");
+  prm.balance_warps = !detail::env_switched_off("PAGEDATTN_DECODE_WARP_BALANCE");
 
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {

@@ -59,6 +59,9 @@ struct DecodeKernelParams {
   bool tma_whole_rows = false;
   // The tensor-core kernels request a block-table row's first page ids before the sequence's length.
   bool speculate_pages = true;
+  // The tensor-core kernel's warps take a CTA's tiles past their first ones from a shared
+  // counter instead of a static interleave (PAGEDATTN_DECODE_WARP_BALANCE=0 keeps the interleave).
+  bool balance_warps = true;
   // V transposed in 16-byte runs of slots per dim (vLLM's split layout, pages of a multiple of
   // a run: 8 16-bit or 16 fp8 slots): the tensor-core kernel's kVT.
   bool v_transposed = false;

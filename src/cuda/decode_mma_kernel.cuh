@@ -110,8 +110,11 @@ struct MmaDecodeSmem {
   // head_dim 256: Q's A fragments ([k-step][lane], 16 bytes each), shared by the CTA's warps.
   static constexpr bool kQInSmem = kD > 128 && !kKeyRows;  // kKeyRows: Q's B fragments take half the registers
   static constexpr int kQBytes = kQInSmem ? (kD / 16) * 32 * 16 : 0;
+  // A warp's tiles past its first kStages - kStep come from a counter the CTA's warps share
+  // (two: page chunks alternate), and a ring ([warp][stage]) notes the tile each stage holds.
+  static constexpr int kClaimBytes = (2 + kWarps * kStages) * 4;
   static constexpr int kAlignSlack = kTma ? 1024 : 0;
-  static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes + kQBytes;
+  static constexpr int kBytes = kAlignSlack + kPageChunk * 4 + kRegionBytes + kBarrierBytes + kQBytes + kClaimBytes;
 };
 
 // Byte offset of 16-byte chunk c (keys 8c..8c+7) of dim row d in a kVT tile of 16-bit rows.
@@ -332,6 +335,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   unsigned char* s_region = smem + kPageChunk * 4;
   auto* s_bars = reinterpret_cast<std::uint64_t*>(s_region + Smem::kRegionBytes);  // TMA: [warp][stage]
   auto* s_q = reinterpret_cast<uint4*>(s_region + Smem::kRegionBytes + Smem::kBarrierBytes);  // kQInSmem: [k-step][lane]
+  // The chunk tile counters (by page chunk parity), then the warps' rings of staged tiles.
+  auto* s_next = reinterpret_cast<int*>(s_region + Smem::kRegionBytes + Smem::kBarrierBytes + Smem::kQBytes);
+  int* s_ring = s_next + 2;
+  constexpr int kFirstTiles = kStages - kStep;  // a warp's tiles issued before its loop
   static_assert(!Smem::kQInSmem || (Smem::kRegionBytes + Smem::kBarrierBytes) % 16 == 0, "Q's fragments 16-byte aligned");
 
   const detail::AttentionProblem& p = prm.p;
@@ -385,6 +392,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       sm90::fence_mbarrier_init();
     }
   }
+  if (threadIdx.x == 0) s_next[0] = s_next[1] = kWarps * kFirstTiles;  // past every warp's first tiles
   const std::int64_t P = p.kv.page_size;
   // A block-table row without a window: the split's first page ids sit at a place of the row
   // known from the block index, so they are requested now, beside the length init_cta reads,
@@ -504,7 +512,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   const std::int64_t k_row_step = (32 / kChunks) * ka.token_stride;  // between a lane's rows
   const std::int64_t v_row_step = (32 / kChunks) * va.token_stride;
 
-  for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk) {
+  int chunk = 0;
+  for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk, ++chunk) {
     const std::int64_t cp1 = min(cp0 + kPageChunk, ceil_div(t_end, P));
     if (speculated && cp0 == spec_cp0 && cp1 <= spec_cp1) {  // the ids requested at the start
       cp_async_wait<0>();
@@ -514,13 +523,15 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       stage_pages(cta, cp0, cp1, s_pages);
     }
     speculated = false;
+    // The next chunk's counter was last taken from in the chunk before this one, which every warp
+    // has left (the barrier above); the next chunk's barrier orders the reset before its claims.
+    int* chunk_next = s_next + (chunk & 1);
+    if (threadIdx.x == 0) s_next[(chunk + 1) & 1] = kWarps * kFirstTiles;
     const std::int64_t c_begin = max(t_begin, cp0 * P), c_end = min(t_end, cp1 * P);
     // Tiles start at multiples of kTokens, so with page sizes that are multiples of kTokens a
     // tile never straddles pages; keys of a tile outside [c_begin, c_end) are masked.
     const std::int64_t c_lo = c_begin - c_begin % kTokens;
     const std::int64_t n_tiles = ceil_div(c_end - c_lo, kTokens);
-    const std::int64_t n_mine = n_tiles > warp ? ceil_div(n_tiles - warp, kWarps) : 0;
-    auto tile_start = [&](std::int64_t j) { return c_lo + (warp + j * kWarps) * kTokens; };
     // Element offsets of token t's row in K and V (this lane's chunk), through the page table.
     auto row_offset = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
       const auto local = static_cast<std::uint32_t>(t - cp0 * P);
@@ -531,20 +542,36 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       v_off = page * va.page_stride + slot * va.token_stride;
     };
 
-    // TMA tiles lie in one page: the page and slot of tile j's first key.
-    auto tile_page_slot = [&](std::int64_t j, int& page, int& slot) {
-      const auto local = static_cast<std::uint32_t>(tile_start(j) - cp0 * P);
+    // TMA tiles lie in one page: the page and slot of the chunk's tile t's first key.
+    auto tile_page_slot = [&](int t, int& page, int& slot) {
+      const auto local = static_cast<std::uint32_t>(c_lo + static_cast<std::int64_t>(t) * kTokens - cp0 * P);
       const std::uint32_t page_idx = prm.page_div.div(local);
       page = s_pages[page_idx];
       slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
     };
+    // The chunk tile that is the warp's j-th: its first ones as in the static interleave, then
+    // (prm.balance_warps) the next the CTA's warps have not taken, so a warp that streams faster
+    // takes more and the CTA's warps end together (their static shares drift apart by
+    // microseconds; H100: GQA d-mid16 -1%, fp8 16 x 4096 -1.5%; docs/perf-notes.md v42). Lengths are
+    // 32-bit, so is a chunk's tile count. Lane 0 takes it and notes it in the stage's ring entry
+    // for the loop; one past the chunk's tiles ends the warp's loop there. Lane 0's value.
+    auto claim = [&](std::int64_t j) {
+      int t = 0;
+      if (lane == 0) {
+        t = j >= kFirstTiles && prm.balance_warps ? atomicAdd(chunk_next, 1)
+                                                  : static_cast<int>(min(warp + j * kWarps, n_tiles));
+        s_ring[warp * kStages + stage_of(j)] = t;
+      }
+      return t;
+    };
     auto issue = [&](std::int64_t j) {
       if constexpr (kTma) {
+        const int t = claim(j);
         // The tile lies in one page (page_tiles); keys of it outside [c_begin, c_end) are in
         // that page too, so the boxes never leave the pool (their V rows are zeroed on arrival).
-        if (j < n_mine && lane == 0) {
+        if (lane == 0 && t < n_tiles) {
           int page, slot;
-          tile_page_slot(j, page, slot);
+          tile_page_slot(t, page, slot);
           const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
           std::uint64_t* bar = &warp_bars[stage_of(j)];
           sm90::mbarrier_arrive_expect_tx(bar, 2 * live_boxes * kTokens * 128);
@@ -570,8 +597,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         }
         return;
       }
-      if (j < n_mine) {
-        const std::int64_t t0 = tile_start(j);
+      const int tile = __shfl_sync(0xffffffffu, claim(j), 0);
+      if (tile < n_tiles) {
+        const std::int64_t t0 = c_lo + static_cast<std::int64_t>(tile) * kTokens;
         if (page_tiles && t0 >= c_begin && t0 + kTokens <= c_end) {
           // The whole tile is one run of a page: one page-table lookup, rows at fixed steps.
           std::int64_t k_off, v_off;
@@ -609,7 +637,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           // sequence's own, finite, and masked: its page is one of the chunk's when pages hold
           // whole runs), one that ends past c_end only up to it (a page's unused slots may hold
           // NaN).
-          const std::int64_t t = tile_start(j) + Smem::kRunKeys * (lane % kRuns);
+          const std::int64_t t = t0 + Smem::kRunKeys * (lane % kRuns);
           int bytes = 0;
           const KV* src = vt_base;
           if (t + Smem::kRunKeys > c_begin && t < c_end) {
@@ -638,18 +666,31 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     for (int j = 0; j < kStages - kStep; ++j) issue(j);
     if constexpr (kTma) {  // the warp's next tiles past the pipeline, asked of L2 at entry (prm.entry_prefetch_tiles)
       if (tiles_done == 0 && lane == 0 && prm.tma_whole_rows) {
-        for (std::int64_t j = kStages - kStep; j < kStages - kStep + prm.entry_prefetch_tiles && j < n_mine; ++j) {
+        // The tiles of the static interleave: with balance_warps whichever warp takes them
+        // finds them in L2.
+        for (std::int64_t j = kFirstTiles; j < kFirstTiles + prm.entry_prefetch_tiles && warp + j * kWarps < n_tiles; ++j) {
           int page, slot;
-          tile_page_slot(j, page, slot);
+          tile_page_slot(static_cast<int>(warp + j * kWarps), page, slot);
           sm90::tma_prefetch_5d(&prm.k_tiles, 0, slot, 0, kv_head, page);
           sm90::tma_prefetch_5d(&prm.v_tiles, 0, slot, 0, kv_head, page);
         }
       }
     }
-    for (std::int64_t j = 0; j < n_mine; j += kStep) {
-      // The step's tiles that exist: with an odd count the last step has one (warp-uniform).
-      const int step_tiles = static_cast<int>(min(static_cast<std::int64_t>(kStep), n_mine - j));
+    std::int64_t consumed = 0;  // the warp's tiles of this chunk
+    for (std::int64_t j = 0;; j += kStep) {
       __syncwarp();  // every lane is done reading the stages about to be refilled
+      // The first key of each of the step's tiles, and how many of them exist: with an odd count
+      // the last step has one (warp-uniform): from the ring, written when they were issued.
+      std::int64_t t0s[kStep];
+      int step_tiles = kStep;
+#pragma unroll
+      for (int h = 0; h < kStep; ++h) {
+        const int t = s_ring[warp * kStages + stage_of(j + h)];
+        if (t >= n_tiles) step_tiles = min(step_tiles, h);
+        t0s[h] = c_lo + static_cast<std::int64_t>(t) * kTokens;
+      }
+      if (step_tiles <= 0) break;
+      consumed += step_tiles;
 #pragma unroll
       for (int h = 0; h < kStep; ++h) issue(j + kStages - kStep + h);
       if constexpr (kTma) {
@@ -657,7 +698,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         for (int h = 0; h < kStep; ++h) {
           if (h >= step_tiles) break;  // never issued
           sm90::mbarrier_wait(&warp_bars[stage_of(j + h)], stage_parity(j + h));
-          const std::int64_t t0 = tile_start(j + h);
+          const std::int64_t t0 = t0s[h];
           if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
             unsigned char* v_tile = stage_ptr(j + h, 1);
 #pragma unroll
@@ -792,7 +833,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       const int key_row0 = kKeyRows && Smem::kVInRegs ? key_of_column(gid) : gid;  // kKeyRows: key of row gid
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
-        const std::int64_t t0 = tile_start(j + h);
+        const std::int64_t t0 = t0s[h];
         const int lo = static_cast<int>(min(max(c_begin - t0, std::int64_t{0}), std::int64_t{kTokens}));
         const int hi = static_cast<int>(min(max(c_end - t0, std::int64_t{0}), std::int64_t{kTokens}));
         const float t0_from_q = static_cast<float>(t0 - q_pos);
@@ -933,7 +974,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       }
     }
     if constexpr (!kTma) cp_async_wait<0>();
-    tiles_done += n_mine;
+    tiles_done += consumed;
   }
   if (speculated) cp_async_wait<0>();  // an empty split never staged its ids
 
