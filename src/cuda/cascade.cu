@@ -195,10 +195,9 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
       lp.groups_offset = reserve(static_cast<std::size_t>(2 * level.table.num_rows + 1 + S) * sizeof(std::int32_t));
       plan.num_states += lp.splits;
     } else {
-      lp.decode = plan_decode(p, level.seq_lens.data(), DecodeOptions{}, device);
       // Beside a shared level, on the SMs its prefill leaves, the cp.async kernel ran own rows
       // of 256 tokens ~3% faster than the TMA one (H100, docs/perf-notes.md, CUDA cascade v5).
-      lp.decode.tma_tiles = shared_time == 0.0;
+      lp.decode = plan_decode(p, level.seq_lens.data(), DecodeOptions{}, device, shared_time == 0.0);
       decode_bytes = std::max(decode_bytes, lp.decode.workspace_bytes);
       plan.num_states += 1;
     }

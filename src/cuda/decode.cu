@@ -18,6 +18,7 @@ namespace pagedattn::cuda {
 
 namespace {
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
+constexpr std::int64_t kOneCtaPerSmKeys = 1024;  // plan_decode: CTAs of at least this many keys
 // A CTA's keys from which a ragged batch's CTAs take four warps (use_wide_ctas).
 constexpr std::int64_t kWideCtaTokens = 6144;
 
@@ -95,20 +96,24 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 // issues d128's work per tile for fewer bytes, and the CUDA-core kernel is faster there (H100
 // MHA d80 64 x 2048 / 16 x 4096 / 1 x 32768: 500 / 278-290 / 205 us against 580 / 415-431 / 172;
 // d96 on par; d192 TMA faster; v29). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0
-// turns it off.
+// turns it off. With prm null, only says whether it applies (the planner's question).
 bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice, int device,
-                   DecodeKernelParams& prm) {
+                   DecodeKernelParams* prm) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
   if (!choice.mma_able || choice.vt || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
   if (!choice.mma && p.head_dim < 128 && p.head_dim != 64) return false;
   if (!is_sm90(device)) return false;
   KVPageBoxes boxes;
-  prm.tma_whole_rows = !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
-  if (!prm.tma_whole_rows && !encode_kv_page_boxes(p.kv, 64, 16, boxes)) return false;
-  prm.k_tiles = boxes.k;
-  prm.v_tiles = boxes.v;
-  prm.tma_head_inner = boxes.head_inner;
+  const bool whole_rows =
+      !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
+  if (!whole_rows && !encode_kv_page_boxes(p.kv, 64, 16, boxes)) return false;
+  if (prm != nullptr) {
+    prm->tma_whole_rows = whole_rows;
+    prm->k_tiles = boxes.k;
+    prm->v_tiles = boxes.v;
+    prm->tma_head_inner = boxes.head_inner;
+  }
   return true;
 #else
   (void)p, (void)plan, (void)choice, (void)device, (void)prm;
@@ -315,7 +320,7 @@ __global__ void __launch_bounds__(32 * kRowMergeWarps)
 }
 
 DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
-                       const DecodeOptions& options, int device) {
+                       const DecodeOptions& options, int device, bool tma_tiles) {
   const std::int64_t P = p.kv.page_size;
   std::int64_t max_len = 0, total = 0;
   for (std::int64_t s = 0; s < p.num_seqs; ++s) {
@@ -324,6 +329,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   }
   auto round_up = [P](std::int64_t x) { return std::max<std::int64_t>(P, (x + P - 1) / P * P); };
   DecodePlan plan;
+  plan.tma_tiles = tma_tiles;
   plan.ragged = total * 10 < max_len * p.num_seqs * 9;
   if (options.variant == DecodeVariant::kOnePass) {
     plan.partition_tokens = round_up(max_len);
@@ -341,10 +347,23 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     // for 16-bit caches, whose one-CTA-per-SM grids take four-warp CTAs on Hopper; an fp8 cache's
     // two-warp CTAs alone on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit
     // 93.4 us, two splits 62.5, four 61.7-62.0), so fp8 splits as any other batch.
-    const std::int64_t per_seq_ctas = p.num_kv_heads * choose_kernel(p, device).head_tiles;
+    // On the Hopper TMA kernel (the one with four-warp CTAs, use_wide_ctas), a uniform batch of
+    // fewer units than SMs whose equal parts give one CTA of at least kOneCtaPerSmKeys keys to
+    // 90-100% of the SMs aims at that instead: one four-warp CTA per SM, half the splits to
+    // merge. H100, GQA 32/8 and MHA 32/32 (docs/perf-notes.md, CUDA decode v43): 1 x 32768
+    // -0.7% / -1.1%, 2 x 8192 -2%, 2 x 16384 -1.6% / -0.8%, 8 x 2048 -0.9%, 4 x 4096 +0.6%,
+    // 4 x 8192 +0.2%; CTAs of 512 keys lost (1 x 8192 +2.3%). PAGEDATTN_DECODE_ONE_CTA_PER_SM=0
+    // keeps two two-warp CTAs per SM.
+    const KernelChoice choice = choose_kernel(p, device);
+    const std::int64_t per_seq_ctas = p.num_kv_heads * choice.head_tiles;
     const auto sms = static_cast<std::int64_t>(sm_count(device));
-    const std::int64_t target = sms * 2;
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
+    std::int64_t target = sms * 2;
+    if (!plan.ragged && units < sms && units * (sms / units) * 10 >= sms * 9 &&
+        (max_len + sms / units - 1) / (sms / units) >= kOneCtaPerSmKeys &&
+        detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true) && use_tma_tiles(p, plan, choice, device, nullptr)) {
+      target = sms;
+    }
     std::int64_t share = 0;
     if (!plan.ragged && units * 10 >= sms * 9 && units <= sms && !is_fp8(p.kv.dtype)) {
       share = max_len;
@@ -407,7 +426,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   }
   const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
   const int lanes = choice.lanes, g_tile = choice.g_tile;
-  if (use_tma_tiles(p, plan, choice, device, prm)) {
+  if (use_tma_tiles(p, plan, choice, device, &prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const GridFill fill = grid_fill(grid, device);

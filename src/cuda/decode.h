@@ -22,8 +22,9 @@ struct DecodePlan {
 };
 
 // `lengths` are the sequences' KV lengths, read from the host copy of the page table.
+// tma_tiles false: plan for the cp.async kernel even where TMA boxes would do (plan.tma_tiles).
 DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
-                       const DecodeOptions& options, int device);
+                       const DecodeOptions& options, int device, bool tma_tiles = true);
 
 // p holds device pointers. workspace: >= plan.workspace_bytes on the device, or null to let
 // the op allocate it on the stream (stream-ordered, also legal inside graph capture).
