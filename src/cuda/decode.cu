@@ -359,10 +359,13 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     const auto sms = static_cast<std::int64_t>(sm_count(device));
     const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
     std::int64_t target = sms * 2;
-    if (!plan.ragged && units < sms && units * (sms / units) * 10 >= sms * 9 &&
-        (max_len + sms / units - 1) / (sms / units) >= kOneCtaPerSmKeys &&
-        detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true) && use_tma_tiles(p, plan, choice, device, nullptr)) {
-      target = sms;
+    if (!plan.ragged && units < sms && detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true)) {
+      std::int64_t parts = sms / units;  // as below: past one merge block, whole blocks
+      if (parts > kMergeBlock) parts = parts / kMergeBlock * kMergeBlock;
+      if (units * parts * 10 >= sms * 9 && (max_len + parts - 1) / parts >= kOneCtaPerSmKeys &&
+          use_tma_tiles(p, plan, choice, device, nullptr)) {
+        target = sms;
+      }
     }
     std::int64_t share = 0;
     if (!plan.ragged && units * 10 >= sms * 9 && units <= sms && !is_fp8(p.kv.dtype)) {
