@@ -9,6 +9,7 @@
 #include "cuda/decode_kernel.cuh"
 #include "cuda/decode_mma_kernel.cuh"
 #include "cuda/decode_mma_launch.h"
+#include "cuda/decode_split_plan.h"
 #include "cuda/kv_rows.h"
 #include "cuda/page_tensor_map.h"
 #include "cuda/sm_count.h"
@@ -17,8 +18,6 @@
 namespace pagedattn::cuda {
 
 namespace {
-constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
-constexpr std::int64_t kOneCtaPerSmKeys = 1024;  // plan_decode: CTAs of at least this many keys
 // A CTA's keys from which a ragged batch's CTAs take four warps (use_wide_ctas).
 constexpr std::int64_t kWideCtaTokens = 6144;
 
@@ -187,8 +186,6 @@ bool supports_dependent_launch(int device) {
 
 __device__ __forceinline__ float neg_inf() { return detail::kNegInf; }
 
-// Splits the merge takes per L2 round trip (a block of their rows in registers).
-constexpr int kMergeBlock = 32;
 }  // namespace
 
 // One CTA per (sequence, query head) that was split; thread t owns dims t and t + kDecodeThreads.
@@ -321,68 +318,33 @@ __global__ void __launch_bounds__(32 * kRowMergeWarps)
 
 DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* lengths,
                        const DecodeOptions& options, int device, bool tma_tiles) {
-  const std::int64_t P = p.kv.page_size;
-  std::int64_t max_len = 0, total = 0;
+  const KernelChoice choice = choose_kernel(p, device);
+  SplitShape shape;
+  shape.num_seqs = p.num_seqs;
   for (std::int64_t s = 0; s < p.num_seqs; ++s) {
-    max_len = std::max(max_len, lengths[s]);
-    total += lengths[s];
+    shape.max_len = std::max(shape.max_len, lengths[s]);
+    shape.total += lengths[s];
   }
+  shape.per_seq_ctas = p.num_kv_heads * choice.head_tiles;
+  shape.sms = static_cast<std::int64_t>(sm_count(device));
+  shape.page_size = p.kv.page_size;
+  shape.fp8_cache = is_fp8(p.kv.dtype);
+  const std::int64_t max_len = shape.max_len, P = shape.page_size;
   auto round_up = [P](std::int64_t x) { return std::max<std::int64_t>(P, (x + P - 1) / P * P); };
   DecodePlan plan;
   plan.tma_tiles = tma_tiles;
-  plan.ragged = total * 10 < max_len * p.num_seqs * 9;
+  plan.ragged = shape.ragged();
   if (options.variant == DecodeVariant::kOnePass) {
     plan.partition_tokens = round_up(max_len);
   } else if (options.partition_size > 0) {
     plan.partition_tokens = options.partition_size;
   } else {
-    // Aim for one full wave of target CTAs. A batch with fewer (sequence, head tile) units than
-    // that splits every sequence into the same number of equal parts, so the wave stays whole;
-    // a larger batch only splits sequences longer than a balanced share of all keys.
-    // Two CTAs per SM: longer splits, fewer merges. (The two-warp tensor-core GQA kernel fits
-    // four per SM; aiming for four made d-long1 and d-ragged slower: shorter splits.)
-    // A batch of near-equal lengths whose units already give nearly every SM one CTA is not
-    // split: the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132
-    // SMs: unsplit 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5). That holds
-    // for 16-bit caches, whose one-CTA-per-SM grids take four-warp CTAs on Hopper; an fp8 cache's
-    // two-warp CTAs alone on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit
-    // 93.4 us, two splits 62.5, four 61.7-62.0), so fp8 splits as any other batch.
-    // On the Hopper TMA kernel (the one with four-warp CTAs, use_wide_ctas), a uniform batch of
-    // fewer units than SMs whose equal parts give one CTA of at least kOneCtaPerSmKeys keys to
-    // 90-100% of the SMs aims at that instead: one four-warp CTA per SM, half the splits to
-    // merge. H100, GQA 32/8 and MHA 32/32 (docs/perf-notes.md, CUDA decode v43): 1 x 32768
-    // -0.7% / -1.1%, 2 x 8192 -2%, 2 x 16384 -1.6% / -0.8%, 8 x 2048 -0.9%, 4 x 4096 +0.6%,
-    // 4 x 8192 +0.2%; CTAs of 512 keys lost (1 x 8192 +2.3%). PAGEDATTN_DECODE_ONE_CTA_PER_SM=0
-    // keeps two two-warp CTAs per SM.
-    const KernelChoice choice = choose_kernel(p, device);
-    const std::int64_t per_seq_ctas = p.num_kv_heads * choice.head_tiles;
-    const auto sms = static_cast<std::int64_t>(sm_count(device));
-    const std::int64_t units = std::max<std::int64_t>(1, p.num_seqs * per_seq_ctas);
-    std::int64_t target = sms * 2;
-    if (!plan.ragged && units < sms && detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true)) {
-      std::int64_t parts = sms / units;  // as below: past one merge block, whole blocks
-      if (parts > kMergeBlock) parts = parts / kMergeBlock * kMergeBlock;
-      if (units * parts * 10 >= sms * 9 && (max_len + parts - 1) / parts >= kOneCtaPerSmKeys &&
-          use_tma_tiles(p, plan, choice, device, nullptr)) {
-        target = sms;
-      }
-    }
-    std::int64_t share = 0;
-    if (!plan.ragged && units * 10 >= sms * 9 && units <= sms && !is_fp8(p.kv.dtype)) {
-      share = max_len;
-    } else if (units < target) {
-      share = (max_len + target / units - 1) / (target / units);
-    } else {
-      share = (total * per_seq_ctas + target - 1) / target;
-    }
-    // The longest sequence in equal parts: a short last part would cost a whole CTA start and
-    // a merge input for little work.
-    share = std::max(share, kMinPartitionTokens);
-    std::int64_t parts = std::max<std::int64_t>(1, (max_len + share - 1) / share);
-    // Past one merge block, whole blocks: a 33rd split costs the merge a second round trip for
-    // 3% more CTAs (H100 d-long1: 32 splits 56.8-57.1 us, 33 splits 58.8-59.0).
-    if (parts > kMergeBlock) parts = parts / kMergeBlock * kMergeBlock;
-    plan.partition_tokens = round_up((max_len + parts - 1) / parts);
+    // PAGEDATTN_DECODE_ONE_CTA_PER_SM=0 keeps two two-warp CTAs per SM. (The tensor maps are
+    // encoded only for a batch the rule would take.)
+    const bool one_cta_per_sm = fits_one_cta_per_sm(shape) &&
+                                detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true) &&
+                                use_tma_tiles(p, plan, choice, device, nullptr);
+    plan.partition_tokens = split_partition_tokens(shape, one_cta_per_sm);
     if (options.variant == DecodeVariant::kAuto && plan.partition_tokens >= max_len) {
       plan.partition_tokens = round_up(max_len);
     }

@@ -1,0 +1,85 @@
+// Internal: the CUDA decode's split-K planner as arithmetic on host-side numbers (no device
+// query, no CUDA header), so that its rules are tested without a GPU (tests/cpu/
+// test_decode_split_plan.cpp). plan_decode (decode.cu) gathers the numbers and asks the device
+// the questions this cannot answer (SM count, whether the Hopper TMA kernel runs).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace pagedattn::cuda {
+
+constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
+constexpr std::int64_t kOneCtaPerSmKeys = 1024;    // the one-CTA-per-SM rule's shortest CTA
+// Splits the CTA-per-row merge takes per L2 round trip (a block of their rows in registers).
+constexpr int kMergeBlock = 32;
+
+// What the planner reads of a batch and a device.
+struct SplitShape {
+  std::int64_t num_seqs = 0;
+  std::int64_t max_len = 0, total = 0;  // the longest sequence's keys, all sequences' keys
+  std::int64_t per_seq_ctas = 1;        // CTAs of one split of a sequence: KV heads x head tiles
+  std::int64_t sms = 1;
+  std::int64_t page_size = 1;
+  bool fp8_cache = false;
+
+  // Uneven lengths: sum < 0.9 x batch x longest.
+  bool ragged() const { return total * 10 < max_len * num_seqs * 9; }
+  // (sequence, head tile) units of the whole batch: its CTAs when nothing is split.
+  std::int64_t units() const { return std::max<std::int64_t>(1, num_seqs * per_seq_ctas); }
+};
+
+// The number of equal parts of the longest sequence: past one merge block, whole blocks (a
+// 33rd split costs the merge a second round trip for 3% more CTAs; H100 d-long1: 32 splits
+// 56.8-57.1 us, 33 splits 58.8-59.0).
+inline std::int64_t whole_merge_blocks(std::int64_t parts) {
+  return parts > kMergeBlock ? parts / kMergeBlock * kMergeBlock : parts;
+}
+
+// Whether the batch qualifies for one four-warp CTA per SM instead of two two-warp ones (on the
+// Hopper TMA kernel, the only one with four-warp CTAs: the caller checks that). A uniform batch
+// of fewer units than SMs whose equal parts give 90-100% of the SMs one CTA of at least
+// kOneCtaPerSmKeys keys: one CTA per SM, half the splits to merge. H100, GQA 32/8 and MHA 32/32
+// (docs/perf-notes.md, CUDA decode v43): 1 x 32768 -0.7% / -1.1%, 2 x 8192 -2%, 2 x 16384 -1.6% /
+// -0.8%, 8 x 2048 -0.9%, 4 x 4096 +0.6%, 4 x 8192 +0.2%; CTAs of 512 keys lost (1 x 8192 +2.3%).
+inline bool fits_one_cta_per_sm(const SplitShape& s) {
+  const std::int64_t units = s.units();
+  if (s.ragged() || units >= s.sms) return false;
+  const std::int64_t parts = whole_merge_blocks(s.sms / units);
+  return units * parts * 10 >= s.sms * 9 && (s.max_len + parts - 1) / parts >= kOneCtaPerSmKeys;
+}
+
+// Keys per split of the planner's choice (a multiple of the page size; at least the longest
+// sequence when nothing is split). `one_cta_per_sm`: aim at one CTA per SM (fits_one_cta_per_sm
+// and the kernel has four-warp CTAs), else two.
+//   Aim for one full wave of target CTAs. A batch with fewer units than that splits every
+// sequence into the same number of equal parts, so the wave stays whole; a larger batch only
+// splits sequences longer than a balanced share of all keys. Two CTAs per SM: longer splits,
+// fewer merges. (The two-warp tensor-core GQA kernel fits four per SM; aiming for four made
+// d-long1 and d-ragged slower: shorter splits.)
+//   A batch of near-equal lengths whose units already give nearly every SM one CTA is not split:
+// the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132 SMs: unsplit
+// 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5). That holds for 16-bit caches,
+// whose one-CTA-per-SM grids take four-warp CTAs on Hopper; an fp8 cache's two-warp CTAs alone
+// on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit 93.4 us, two splits
+// 62.5, four 61.7-62.0), so fp8 splits as any other batch.
+inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per_sm) {
+  const std::int64_t P = s.page_size, units = s.units();
+  const std::int64_t target = one_cta_per_sm ? s.sms : 2 * s.sms;
+  std::int64_t share = 0;
+  if (!s.ragged() && units * 10 >= s.sms * 9 && units <= s.sms && !s.fp8_cache) {
+    share = s.max_len;
+  } else if (units < target) {
+    share = (s.max_len + target / units - 1) / (target / units);
+  } else {
+    share = (s.total * s.per_seq_ctas + target - 1) / target;
+  }
+  // The longest sequence in equal parts: a short last part would cost a whole CTA start and a
+  // merge input for little work.
+  share = std::max(share, kMinPartitionTokens);
+  const std::int64_t parts = whole_merge_blocks(std::max<std::int64_t>(1, (s.max_len + share - 1) / share));
+  const std::int64_t keys = (s.max_len + parts - 1) / parts;
+  return std::max<std::int64_t>(P, (keys + P - 1) / P * P);
+}
+
+}  // namespace pagedattn::cuda

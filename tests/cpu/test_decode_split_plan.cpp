@@ -1,0 +1,80 @@
+// The CUDA decode's split planner (src/cuda/decode_split_plan.h) on the shapes whose plans were
+// measured on an H100 (132 SMs; docs/perf-notes.md, CUDA decode): its arithmetic needs no GPU.
+#include "cuda/decode_split_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace pagedattn::cuda {
+namespace {
+
+constexpr std::int64_t kH100Sms = 132;
+
+// A uniform batch of `seqs` sequences of `len` keys with `kv_heads` CTAs per split.
+SplitShape uniform(std::int64_t seqs, std::int64_t len, std::int64_t kv_heads, bool fp8 = false) {
+  SplitShape s;
+  s.num_seqs = seqs;
+  s.max_len = len;
+  s.total = seqs * len;
+  s.per_seq_ctas = kv_heads;
+  s.sms = kH100Sms;
+  s.page_size = 16;
+  s.fp8_cache = fp8;
+  return s;
+}
+
+TEST(DecodeSplitPlan, OneWaveGridsOfLongCtasTakeOneCtaPerSm) {
+  // GQA 32/8 d-long1: 16 splits of 2048 keys (128 CTAs) instead of 32 of 1024.
+  const SplitShape long1 = uniform(1, 32768, 8);
+  EXPECT_TRUE(fits_one_cta_per_sm(long1));
+  EXPECT_EQ(split_partition_tokens(long1, true), 2048);
+  EXPECT_EQ(split_partition_tokens(long1, false), 1024);
+  // MHA 32/32 d-long1: 4 splits of 8192 instead of 8 of 4096.
+  const SplitShape mha_long1 = uniform(1, 32768, 32);
+  EXPECT_TRUE(fits_one_cta_per_sm(mha_long1));
+  EXPECT_EQ(split_partition_tokens(mha_long1, true), 8192);
+  EXPECT_EQ(split_partition_tokens(mha_long1, false), 4096);
+  // 2 x 8192: 8 splits of 1024 instead of 16 of 512.
+  EXPECT_TRUE(fits_one_cta_per_sm(uniform(2, 8192, 8)));
+  EXPECT_EQ(split_partition_tokens(uniform(2, 8192, 8), true), 1024);
+  EXPECT_EQ(split_partition_tokens(uniform(2, 8192, 8), false), 512);
+}
+
+TEST(DecodeSplitPlan, ShortCtasUnevenBatchesAndThinWavesKeepTwoPerSm) {
+  // 1 x 8192: one CTA per SM would hold 512 keys; the plan stays at 32 splits of 256.
+  EXPECT_FALSE(fits_one_cta_per_sm(uniform(1, 8192, 8)));
+  EXPECT_EQ(split_partition_tokens(uniform(1, 8192, 8), false), 256);
+  // Three units: 44 parts each would become one merge block of 32, 96 CTAs for 132 SMs.
+  EXPECT_FALSE(fits_one_cta_per_sm(uniform(1, 200000, 3)));
+  // A ragged batch.
+  SplitShape ragged = uniform(2, 32768, 8);
+  ragged.total = 32768 + 1000;
+  EXPECT_TRUE(ragged.ragged());
+  EXPECT_FALSE(fits_one_cta_per_sm(ragged));
+  // As many units as SMs or more: no split to aim.
+  EXPECT_FALSE(fits_one_cta_per_sm(uniform(64, 2048, 8)));
+}
+
+TEST(DecodeSplitPlan, FullWavesOfUnitsAreNotSplit) {
+  // GQA d-mid16: 128 units on 132 SMs, unsplit (a 16-bit cache).
+  EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8), false), 4096);
+  EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8), true), 4096);
+  // ... but an fp8 cache splits it in two (its two-warp CTAs alone on an SM stream too slowly).
+  EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8, true), false), 2048);
+  // GQA d-b64: 512 units, more than the wave; its balanced share exceeds every sequence.
+  EXPECT_EQ(split_partition_tokens(uniform(64, 2048, 8), false), 2048);
+}
+
+TEST(DecodeSplitPlan, PartsPastOneMergeBlockAreWholeBlocks) {
+  EXPECT_EQ(whole_merge_blocks(31), 31);
+  EXPECT_EQ(whole_merge_blocks(32), 32);
+  EXPECT_EQ(whole_merge_blocks(33), 32);
+  EXPECT_EQ(whole_merge_blocks(70), 64);
+  // A page size that does not divide the keys: partitions are whole pages.
+  SplitShape odd = uniform(1, 32768, 8);
+  odd.page_size = 3;
+  EXPECT_EQ(split_partition_tokens(odd, false) % 3, 0);
+  EXPECT_GE(split_partition_tokens(odd, false) * 32, 32768);
+}
+
+}  // namespace
+}  // namespace pagedattn::cuda
