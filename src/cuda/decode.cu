@@ -329,13 +329,12 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   shape.sms = static_cast<std::int64_t>(sm_count(device));
   shape.page_size = p.kv.page_size;
   shape.fp8_cache = is_fp8(p.kv.dtype);
-  const std::int64_t max_len = shape.max_len, P = shape.page_size;
-  auto round_up = [P](std::int64_t x) { return std::max<std::int64_t>(P, (x + P - 1) / P * P); };
+  const std::int64_t max_len = shape.max_len;
   DecodePlan plan;
   plan.tma_tiles = tma_tiles;
   plan.ragged = shape.ragged();
   if (options.variant == DecodeVariant::kOnePass) {
-    plan.partition_tokens = round_up(max_len);
+    plan.partition_tokens = whole_pages(max_len, shape.page_size);
   } else if (options.partition_size > 0) {
     plan.partition_tokens = options.partition_size;
   } else {
@@ -346,7 +345,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
                                 use_tma_tiles(p, plan, choice, device, nullptr);
     plan.partition_tokens = split_partition_tokens(shape, one_cta_per_sm);
     if (options.variant == DecodeVariant::kAuto && plan.partition_tokens >= max_len) {
-      plan.partition_tokens = round_up(max_len);
+      plan.partition_tokens = whole_pages(max_len, shape.page_size);
     }
   }
   plan.cta_tokens = std::min(max_len, plan.partition_tokens);

@@ -29,6 +29,11 @@ struct SplitShape {
   std::int64_t units() const { return std::max<std::int64_t>(1, num_seqs * per_seq_ctas); }
 };
 
+// `keys` rounded up to whole pages, at least one page.
+inline std::int64_t whole_pages(std::int64_t keys, std::int64_t page_size) {
+  return std::max<std::int64_t>(page_size, (keys + page_size - 1) / page_size * page_size);
+}
+
 // The number of equal parts of the longest sequence: past one merge block, whole blocks (a
 // 33rd split costs the merge a second round trip for 3% more CTAs; H100 d-long1: 32 splits
 // 56.8-57.1 us, 33 splits 58.8-59.0).
@@ -64,7 +69,7 @@ inline bool fits_one_cta_per_sm(const SplitShape& s) {
 // on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit 93.4 us, two splits
 // 62.5, four 61.7-62.0), so fp8 splits as any other batch.
 inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per_sm) {
-  const std::int64_t P = s.page_size, units = s.units();
+  const std::int64_t units = s.units();
   const std::int64_t target = one_cta_per_sm ? s.sms : 2 * s.sms;
   std::int64_t share = 0;
   if (!s.ragged() && units * 10 >= s.sms * 9 && units <= s.sms && !s.fp8_cache) {
@@ -78,8 +83,7 @@ inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per
   // merge input for little work.
   share = std::max(share, kMinPartitionTokens);
   const std::int64_t parts = whole_merge_blocks(std::max<std::int64_t>(1, (s.max_len + share - 1) / share));
-  const std::int64_t keys = (s.max_len + parts - 1) / parts;
-  return std::max<std::int64_t>(P, (keys + P - 1) / P * P);
+  return whole_pages((s.max_len + parts - 1) / parts, s.page_size);
 }
 
 }  // namespace pagedattn::cuda

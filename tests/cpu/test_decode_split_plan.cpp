@@ -76,5 +76,12 @@ TEST(DecodeSplitPlan, PartsPastOneMergeBlockAreWholeBlocks) {
   EXPECT_GE(split_partition_tokens(odd, false) * 32, 32768);
 }
 
+TEST(DecodeSplitPlan, WholePagesAtLeastOne) {
+  EXPECT_EQ(whole_pages(0, 16), 16);
+  EXPECT_EQ(whole_pages(16, 16), 16);
+  EXPECT_EQ(whole_pages(17, 16), 32);
+  EXPECT_EQ(whole_pages(32768, 3), 32769);
+}
+
 }  // namespace
 }  // namespace pagedattn::cuda
