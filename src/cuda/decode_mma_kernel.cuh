@@ -534,6 +534,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     // tile never straddles pages; keys of a tile outside [c_begin, c_end) are masked.
     const std::int64_t c_lo = c_begin - c_begin % kTokens;
     const std::int64_t n_tiles = ceil_div(c_end - c_lo, kTokens);
+    // The first key of the chunk's tile t, and the tile the static interleave makes the warp's j-th.
+    auto tile_first_key = [&](int t) { return c_lo + static_cast<std::int64_t>(t) * kTokens; };
+    auto static_tile = [&](std::int64_t j) { return warp + j * kWarps; };
     // Element offsets of token t's row in K and V (this lane's chunk), through the page table.
     auto row_offset = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
       const auto local = static_cast<std::uint32_t>(t - cp0 * P);
@@ -546,7 +549,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 
     // TMA tiles lie in one page: the page and slot of the chunk's tile t's first key.
     auto tile_page_slot = [&](int t, int& page, int& slot) {
-      const auto local = static_cast<std::uint32_t>(c_lo + static_cast<std::int64_t>(t) * kTokens - cp0 * P);
+      const auto local = static_cast<std::uint32_t>(tile_first_key(t) - cp0 * P);
       const std::uint32_t page_idx = prm.page_div.div(local);
       page = s_pages[page_idx];
       slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
@@ -561,7 +564,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       int t = 0;
       if (lane == 0) {
         t = j >= kFirstTiles && prm.balance_warps ? atomicAdd(chunk_next, 1)
-                                                  : static_cast<int>(min(warp + j * kWarps, n_tiles));
+                                                  : static_cast<int>(min(static_tile(j), n_tiles));
         s_ring[warp * kStages + stage_of(j)] = t;
       }
       return t;
@@ -601,7 +604,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       }
       const int tile = __shfl_sync(0xffffffffu, claim(j), 0);
       if (tile < n_tiles) {
-        const std::int64_t t0 = c_lo + static_cast<std::int64_t>(tile) * kTokens;
+        const std::int64_t t0 = tile_first_key(tile);
         if (page_tiles && t0 >= c_begin && t0 + kTokens <= c_end) {
           // The whole tile is one run of a page: one page-table lookup, rows at fixed steps.
           std::int64_t k_off, v_off;
@@ -665,14 +668,14 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     };
 
 #pragma unroll
-    for (int j = 0; j < kStages - kStep; ++j) issue(j);
+    for (int j = 0; j < kFirstTiles; ++j) issue(j);
     if constexpr (kTma) {  // the warp's next tiles past the pipeline, asked of L2 at entry (prm.entry_prefetch_tiles)
       if (tiles_done == 0 && lane == 0 && prm.tma_whole_rows) {
         // The tiles of the static interleave: with balance_warps whichever warp takes them
         // finds them in L2.
-        for (std::int64_t j = kFirstTiles; j < kFirstTiles + prm.entry_prefetch_tiles && warp + j * kWarps < n_tiles; ++j) {
+        for (std::int64_t j = kFirstTiles; j < kFirstTiles + prm.entry_prefetch_tiles && static_tile(j) < n_tiles; ++j) {
           int page, slot;
-          tile_page_slot(static_cast<int>(warp + j * kWarps), page, slot);
+          tile_page_slot(static_cast<int>(static_tile(j)), page, slot);
           sm90::tma_prefetch_5d(&prm.k_tiles, 0, slot, 0, kv_head, page);
           sm90::tma_prefetch_5d(&prm.v_tiles, 0, slot, 0, kv_head, page);
         }
@@ -689,12 +692,12 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       for (int h = 0; h < kStep; ++h) {
         const int t = s_ring[warp * kStages + stage_of(j + h)];
         if (t >= n_tiles) step_tiles = min(step_tiles, h);
-        t0s[h] = c_lo + static_cast<std::int64_t>(t) * kTokens;
+        t0s[h] = tile_first_key(t);
       }
       if (step_tiles <= 0) break;
       consumed += step_tiles;
 #pragma unroll
-      for (int h = 0; h < kStep; ++h) issue(j + kStages - kStep + h);
+      for (int h = 0; h < kStep; ++h) issue(j + kFirstTiles + h);
       if constexpr (kTma) {
 #pragma unroll
         for (int h = 0; h < kStep; ++h) {
