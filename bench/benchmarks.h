@@ -85,6 +85,7 @@ struct CudaDecodeBenchConfig {
   // true: each case captured once in a CUDA graph and replayed (no host work in the timed
   // region); false: decode called directly between the events, as eager frameworks run it.
   bool graph = true;
+  bool deterministic = true;  // DecodeOptions::deterministic
   std::vector<CudaDecodeShape> shapes;
 };
 

@@ -143,7 +143,8 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     ctx.workspace = {static_cast<std::byte*>(workspace.ptr), std::size_t{256} << 20};
     const TensorView q_view(q.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
     const TensorView out_view(out.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
-    const DecodeOptions options{shape.variant, shape.partition_size, &host_table};
+    DecodeOptions options{shape.variant, shape.partition_size, &host_table};
+    options.deterministic = config.deterministic;
 
     const auto call = [&] { decode(ctx, q_view, cache, dev_table, AttentionParams{}, out_view, {}, options); };
     const std::vector<double> us = config.graph ? time_captured(stream, call, config.warmup, config.iterations)
@@ -161,7 +162,7 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
                        {"iterations", config.iterations}, {"launch", config.graph ? "graph" : "calls"},
                        {"variant", shape.variant == DecodeVariant::kOnePass ? "one_pass"
                                    : shape.variant == DecodeVariant::kSplitK ? "split_k" : "auto"},
-                       {"partition_size", shape.partition_size}};
+                       {"partition_size", shape.partition_size}, {"deterministic", config.deterministic}};
     add_bandwidth(r, bytes, ceiling);
     records.push_back(std::move(r));
   }

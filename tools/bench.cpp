@@ -29,6 +29,7 @@ struct BenchOptions {
   std::int64_t batch = 0;  // 0: the benchmark's default
   int partition_size = 0;  // GPU decode: split-K partition in tokens, 0: the planner's
   std::string launch = "graph";  // GPU decode: "graph" (captured, replayed) or "calls"
+  bool nondeterministic = false;  // GPU decode: DecodeOptions::deterministic = false
   std::uint64_t seed = 1234;
   bool json = false;
   std::string out_file;
@@ -144,6 +145,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   c.device = device.index;
   apply_timing_options(o, c);
   c.graph = o.launch == "graph";
+  c.deterministic = !o.nondeterministic;
   check_arg(!o.standard_shapes || o.partition_size == 0, "--partition-size: not with --standard-shapes");
   if (o.standard_shapes) {
     c.shapes = bench::standard_cuda_decode_shapes();
@@ -234,6 +236,7 @@ int run_decode(const BenchOptions& o) {
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
   check_arg(o.partition_size == 0, "--partition-size: only with --device cuda");
   check_arg(o.launch == "graph", "--launch: only with --device cuda");
+  check_arg(!o.nondeterministic, "--nondeterministic: only with --device cuda");
   bench::DecodeBenchConfig c;
   apply_shared_options(o, c);
   c.q_dtype = parse_dtype(o.q_dtype);
@@ -324,6 +327,9 @@ void add_bench_command(CLI::App& app, Action& action) {
                      "GPU only: graph (each case captured once and replayed) or calls (decode called "
                      "directly between the timing events, as eager frameworks launch)")
       ->check(CLI::IsMember({"graph", "calls"}))->capture_default_str();
+  decode->add_flag("--nondeterministic", d->nondeterministic,
+                   "GPU only: decode with DecodeOptions::deterministic = false (warps balance their "
+                   "tiles at run time; results may vary in their last bits)");
   decode->callback([&action, d] { action = [d] { return run_decode(*d); }; });
 
   auto p = std::make_shared<BenchOptions>();

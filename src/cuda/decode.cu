@@ -333,14 +333,17 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   DecodePlan plan;
   plan.tma_tiles = tma_tiles;
   plan.ragged = shape.ragged();
+  plan.balance_warps = detail::env_switch("PAGEDATTN_DECODE_WARP_BALANCE", !options.deterministic);
   if (options.variant == DecodeVariant::kOnePass) {
     plan.partition_tokens = whole_pages(max_len, shape.page_size);
   } else if (options.partition_size > 0) {
     plan.partition_tokens = options.partition_size;
   } else {
+    // One four-warp CTA per SM beats two two-warp ones only when the warps balance their tiles;
+    // with the fixed interleave it is 0.2-0.5% slower (docs/perf-notes.md, v44).
     // PAGEDATTN_DECODE_ONE_CTA_PER_SM=0 keeps two two-warp CTAs per SM. (The tensor maps are
     // encoded only for a batch the rule would take.)
-    const bool one_cta_per_sm = fits_one_cta_per_sm(shape) &&
+    const bool one_cta_per_sm = plan.balance_warps && fits_one_cta_per_sm(shape) &&
                                 detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true) &&
                                 use_tma_tiles(p, plan, choice, device, nullptr);
     plan.partition_tokens = split_partition_tokens(shape, one_cta_per_sm);
@@ -381,7 +384,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.v_transposed = choice.vt;
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
   prm.speculate_pages = !detail::env_switched_off("PAGEDATTN_DECODE_PAGE_SPECULATION");
-  prm.balance_warps = !detail::env_switched_off("PAGEDATTN_DECODE_WARP_BALANCE");
+  prm.balance_warps = plan.balance_warps;
 
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {

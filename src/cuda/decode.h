@@ -14,6 +14,9 @@ struct DecodePlan {
   std::int64_t max_splits = 1;        // splits of the longest sequence
   std::size_t workspace_bytes = 0;    // f32 partial outputs and LSEs when max_splits > 1
   bool tma_tiles = true;              // false: the cp.async kernel even where TMA boxes would do
+  // The tensor-core kernel's warps take a CTA's tiles as they free up (DecodeOptions::deterministic
+  // false; PAGEDATTN_DECODE_WARP_BALANCE=0 / 1 forces either way) instead of a fixed interleave.
+  bool balance_warps = false;
   // What the TMA kernel's shape choices read (decode.cu: use_pair_steps, use_wide_ctas): the keys
   // of the longest CTA (the longest sequence, or its split), and whether the lengths are uneven
   // (sum < 0.9 x batch x longest).

@@ -60,8 +60,10 @@ struct DecodeKernelParams {
   // The tensor-core kernels request a block-table row's first page ids before the sequence's length.
   bool speculate_pages = true;
   // The tensor-core kernel's warps take a CTA's tiles past their first ones from a shared
-  // counter instead of a static interleave (PAGEDATTN_DECODE_WARP_BALANCE=0 keeps the interleave).
-  bool balance_warps = true;
+  // counter instead of a static interleave (DecodePlan::balance_warps): faster where warps
+  // stream at different rates, but which warp sums which tiles then depends on timing, so the
+  // results' last bits change from run to run.
+  bool balance_warps = false;
   // V transposed in 16-byte runs of slots per dim (vLLM's split layout, pages of a multiple of
   // a run: 8 16-bit or 16 fp8 slots): the tensor-core kernel's kVT.
   bool v_transposed = false;

@@ -1,6 +1,7 @@
 // CUDA decode against the CPU reference on the same cache bytes: every layout, both page-table
 // formats, every KV dtype, head dims, page sizes, group sizes, variants, one-pass and split-K;
-// bad input rejected with nothing written; a captured CUDA graph replayed for new lengths.
+// bad input rejected with nothing written; a captured CUDA graph replayed for new lengths;
+// repeated calls bit for bit the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -309,6 +310,50 @@ TEST(CudaDecodeWorkspace, QueryGivesWhatTheOpNeeds) {
 
 // A decode captured once in a CUDA graph replays correctly after the lengths change (within
 // the bounds it was planned for): the kernels read lengths from device memory.
+// The same inputs give the same bits, call after call (DecodeOptions::deterministic, the
+// default), on grids where warps sharing a CTA's tiles at run time would sum different keys
+// from call to call: one-wave split GQA rows on the TMA kernel, fp8 on the cp.async one, a
+// ragged batch. With deterministic = false the results may move in their last bits only.
+TEST(CudaDecodeDeterminism, RepeatedCallsGiveTheSameBits) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<Case> specs(3);
+  specs[0].num_q_heads = 32, specs[0].num_kv_heads = 8, specs[0].lens = {8200, 8192};
+  specs[1].num_q_heads = 32, specs[1].num_kv_heads = 8, specs[1].kv = DType::kF8E4M3, specs[1].q = DType::kF16;
+  specs[1].lens = {16401, 3000};
+  specs[2].lens = {0, 1, 97, 2100, 5000, 700, 4096, 33};
+  for (const Case& c : specs) {
+    SCOPED_TRACE(name_of(c));
+    HostProblem h = build(c, 7);
+    const AttentionParams host_params = params_of(c, h);
+    DeviceProblem d = to_device(h, host_params);
+    const std::int64_t S = static_cast<std::int64_t>(c.lens.size());
+    const std::size_t out_bytes = static_cast<std::size_t>(S * c.num_q_heads * c.head_dim) * dtype_size(c.q);
+    DeviceBuffer out(out_bytes), lse(static_cast<std::size_t>(S * c.num_q_heads) * sizeof(float)),
+        scratch(std::size_t{64} << 20);
+    Context ctx{Device::cuda(0)};
+    ctx.workspace = {static_cast<std::byte*>(scratch.get()), scratch.bytes()};
+    const PageTable host_table = h.table();
+    auto run = [&](bool deterministic) {
+      for (const DeviceBuffer* b : {&out, &lse, &scratch}) test::cuda_ok(cudaMemset(b->get(), 0xff, b->bytes()), "poison");
+      DecodeOptions options{DecodeVariant::kAuto, 0, &host_table};
+      options.deterministic = deterministic;
+      decode(ctx, d.q.view, d.cache, d.table, d.params,
+             TensorView(out.get(), c.q, {S, c.num_q_heads, c.head_dim}, Device::cuda(0)),
+             TensorView(lse.get(), DType::kF32, {S, c.num_q_heads}, Device::cuda(0)), options);
+      test::cuda_ok(cudaDeviceSynchronize(), "decode");
+      return std::pair{out.snapshot(), lse.snapshot()};
+    };
+    const auto first = run(true);
+    for (int i = 0; i < 4; ++i) {
+      const auto again = run(true);
+      EXPECT_TRUE(again.first == first.first) << "output bits changed in call " << i + 2;
+      EXPECT_TRUE(again.second == first.second) << "LSE bits changed in call " << i + 2;
+    }
+    const auto balanced = run(false);
+    expect_close(to_floats(balanced.first, c.q), to_floats(first.first, c.q), tolerance(c.q), "deterministic = false");
+  }
+}
+
 TEST(CudaDecodeGraph, ReplaysWithNewLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Packs a CUDA build made on this machine for a GPU machine that lacks the time or the packages
+# to build it: pack_build.sh BUILD_DIR ARCHIVE (.tar.xz). Best with a shared-library build
+# (-DBUILD_SHARED_LIBS=ON): the kernels then travel once, in libpagedattn.so, instead of once
+# per test binary.
+# The archive holds, under BUILD_DIR, the ctest files (test lists included), the CLI, the GPU
+# test binaries and bench/cuda_paged_read_probe, all stripped, and in BUILD_DIR/carried-libs
+# libpagedattn.so with the libraries it needs that a GPU image may lack (Highway, fmt). On the
+# GPU machine, tools/device/unpack_build.sh ARCHIVE unpacks it and points the ctest files at
+# that checkout; then BUILD_DIR=BUILD_DIR tools/device/run_gpu_suite.sh --skip-build runs it.
+set -euo pipefail
+build=${1:?usage: pack_build.sh BUILD_DIR ARCHIVE}
+archive=${2:?usage: pack_build.sh BUILD_DIR ARCHIVE}
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+[[ -f $build/CTestTestfile.cmake ]] || { echo "$build is not a configured build directory" >&2; exit 1; }
+[[ -x $build/pagedattn ]] || { echo "$build/pagedattn is missing: build it first" >&2; exit 1; }
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/$build/carried-libs"
+# The ctest files name this checkout's absolute paths; unpack_build.sh rewrites them.
+pwd >"$stage/$build/carried-source-root"
+find "$build" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) \
+  -not -path '*/CMakeFiles/*' -print0 | xargs -0 cp --parents -t "$stage"
+
+binaries=("$build/pagedattn")
+for f in "$build"/tests/cuda/test_*_cuda "$build"/bench/cuda_paged_read_probe; do
+  [[ -x $f ]] && binaries+=("$f")
+done
+for f in "${binaries[@]}"; do
+  mkdir -p "$stage/$(dirname "$f")"
+  strip --strip-unneeded -o "$stage/$f" "$f"
+done
+
+# Shared libraries: the library itself (when built shared) and the non-base ones it links.
+libs=()
+while read -r name _ path _; do
+  case $name in libpagedattn*.so* | libhwy*.so* | libfmt*.so*) libs+=("$path") ;; esac
+done < <(ldd "$build/pagedattn" | grep '=> /')
+for lib in "${libs[@]}"; do
+  strip --strip-unneeded -o "$stage/$build/carried-libs/$(basename "$lib")" "$lib"
+done
+
+tar -C "$stage" -cJf "$archive" "$build"
+echo "$archive: $(du -h "$archive" | cut -f1) (${#binaries[@]} programs, libraries: ${libs[*]##*/})"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Unpacks an archive made by tools/device/pack_build.sh into this checkout and rewrites its
+# ctest files' absolute paths (the packing checkout's) to this one's:
+#   tools/device/unpack_build.sh ARCHIVE
+# Prints the build directory it unpacked. Its programs find their shared libraries through
+# BUILD_DIR/carried-libs, which run_gpu_suite.sh puts on LD_LIBRARY_PATH.
+set -euo pipefail
+archive=$(realpath "${1:?usage: unpack_build.sh ARCHIVE}")
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+build=$(tar -tJf "$archive" | awk -F/ 'NR == 1 { print $1 }')
+tar -xJf "$archive"
+old_root=$(cat "$build/carried-source-root")
+if [[ $old_root != "$PWD" ]]; then
+  find "$build" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) -print0 \
+    | xargs -0 sed -i "s#${old_root}#${PWD}#g"
+fi
+echo "$build"
