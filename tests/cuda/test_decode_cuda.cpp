@@ -185,8 +185,9 @@ std::vector<Case> cases() {
   { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.window = 45; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.lens = ragged; out.push_back(c); }
   { Case c; c.layout = KVLayout::kVllmSplit; c.kv = DType::kF8E5M2; c.page_size = 32; c.head_dim = 192; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   // Uniform batches of few (sequence, KV head) units whose equal splits hold >= 1024 keys: on a
-  // Hopper GPU the planner gives them one four-warp TMA CTA per SM (e.g. 132 SMs: 16 and 8 splits
-  // of 1025 keys, 128 CTAs, merged by a CTA per row and by a warp per row).
+  // Hopper GPU, with the warps balancing their tiles (ctest decode_cuda_balanced_warp_tiles), the
+  // planner gives them one four-warp TMA CTA per SM (e.g. 132 SMs: 16 and 8 splits of 1025 keys,
+  // 128 CTAs, merged by a CTA per row and by a warp per row); otherwise two two-warp CTAs per SM.
   { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.lens = {16400}; out.push_back(c); }
   { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.sinks = true; c.lens = {8200, 8192}; out.push_back(c); }
   return out;
