@@ -113,7 +113,8 @@ struct DecodeOptions {
   // false lets the CUDA decode kernel's warps take a CTA's KV tiles as they free up instead of
   // in a fixed interleave (on an H100 up to ~1% faster on batches that fill the GPU in one
   // wave); which warp sums which keys then changes from run to run, and so do the results'
-  // last bits. A decode that runs as a cascade, and the CPU backend, stay deterministic.
+  // last bits. A decode that runs as a cascade, and the CPU backend, stay deterministic (see
+  // README, "Results are deterministic", for what else a call's bits depend on).
   bool deterministic = true;
 };
 

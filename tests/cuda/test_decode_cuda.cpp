@@ -309,8 +309,6 @@ TEST(CudaDecodeWorkspace, QueryGivesWhatTheOpNeeds) {
             0u);
 }
 
-// A decode captured once in a CUDA graph replays correctly after the lengths change (within
-// the bounds it was planned for): the kernels read lengths from device memory.
 // The same inputs give the same bits, call after call (DecodeOptions::deterministic, the
 // default), on grids where warps sharing a CTA's tiles at run time would sum different keys
 // from call to call: one-wave split GQA rows on the TMA kernel, fp8 on the cp.async one, a
@@ -352,9 +350,15 @@ TEST(CudaDecodeDeterminism, RepeatedCallsGiveTheSameBits) {
     }
     const auto balanced = run(false);
     expect_close(to_floats(balanced.first, c.q), to_floats(first.first, c.q), tolerance(c.q), "deterministic = false");
+    std::vector<float> lse_first(first.second.size() / sizeof(float)), lse_balanced(lse_first.size());
+    std::memcpy(lse_first.data(), first.second.data(), first.second.size());
+    std::memcpy(lse_balanced.data(), balanced.second.data(), balanced.second.size());
+    expect_close(lse_balanced, lse_first, 1e-3, "deterministic = false, LSE");
   }
 }
 
+// A decode captured once in a CUDA graph replays correctly after the lengths change (within
+// the bounds it was planned for): the kernels read lengths from device memory.
 TEST(CudaDecodeGraph, ReplaysWithNewLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
   Case c;

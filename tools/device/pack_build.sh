@@ -10,8 +10,12 @@
 # that checkout; then BUILD_DIR=BUILD_DIR tools/device/run_gpu_suite.sh --skip-build runs it.
 set -euo pipefail
 build=${1:?usage: pack_build.sh BUILD_DIR ARCHIVE}
-archive=${2:?usage: pack_build.sh BUILD_DIR ARCHIVE}
+archive=$(realpath -m "${2:?usage: pack_build.sh BUILD_DIR ARCHIVE}")
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+build=${build%/}
+# The archive holds the build under its own name, which unpack_build.sh restores in the checkout's
+# root: a directory directly under it.
+[[ $build != */* ]] || { echo "BUILD_DIR must be a directory directly under the checkout's root, got $build" >&2; exit 1; }
 [[ -f $build/CTestTestfile.cmake ]] || { echo "$build is not a configured build directory" >&2; exit 1; }
 [[ -x $build/pagedattn ]] || { echo "$build/pagedattn is missing: build it first" >&2; exit 1; }
 
@@ -32,11 +36,11 @@ for f in "${binaries[@]}"; do
   strip --strip-unneeded -o "$stage/$f" "$f"
 done
 
-# Shared libraries: the library itself (when built shared) and the non-base ones it links.
+# Shared libraries: the library itself (when built shared) and the non-base ones the programs link.
 libs=()
-while read -r name _ path _; do
-  case $name in libpagedattn*.so* | libhwy*.so* | libfmt*.so*) libs+=("$path") ;; esac
-done < <(ldd "$build/pagedattn" | grep '=> /')
+while read -r name path; do
+  case $name in libpagedattn*.so* | libhwy*.so* | libfmt*.so* | libgtest*.so*) libs+=("$path") ;; esac
+done < <(for f in "${binaries[@]}"; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
 for lib in "${libs[@]}"; do
   strip --strip-unneeded -o "$stage/$build/carried-libs/$(basename "$lib")" "$lib"
 done

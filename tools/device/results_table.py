@@ -11,6 +11,7 @@ copy ceiling. A fourth file, bench/cuda_paged_read_probe's records, adds the pag
 bytes read through shuffled pages by a kernel that does nothing else (its fastest record of
 shuffled pages per shape), rated against the ceiling its own run measured."""
 import json
+import statistics
 import sys
 
 
@@ -91,10 +92,10 @@ def floor_cell(floor, r):
 
 
 def median_rounds(records, key):
-    """One record per key, in the order of first appearance: the one whose median time is the
-    median of that key's records (the suite times decode and prefill in interleaved rounds: the
-    competitors' times move with the GPU's thermal state from round to round), with its rates
-    replaced by the medians of the rounds' rates and the number of rounds it stands for."""
+    """One record per key, in the order of first appearance, with its time and rates the medians
+    over that key's records (the suite times decode and prefill in interleaved rounds: the
+    competitors' times move with the GPU's thermal state from round to round) and the number of
+    rounds it stands for."""
     groups = {}
     for r in records:
         if "time_us_median" in r:
@@ -103,17 +104,13 @@ def median_rounds(records, key):
     for k, rs in groups.items():
         rs = sorted(rs, key=lambda r: r["time_us_median"])
         row = dict(rs[(len(rs) - 1) // 2], rounds=len(rs))
-        # Each round's rate against its own round's ceiling: the median of those, not the median
-        # time's record's alone (ceilings move between rounds too).
-        for field in ("ratio_to_ceiling", "achieved_gbps", "achieved_tflops"):
+        # The medians over rounds (of an even count, the mean of the middle two): the time, and
+        # each round's rate against its own round's ceiling (ceilings move between rounds too).
+        for field in ("time_us_median", "ratio_to_ceiling", "achieved_gbps", "achieved_tflops"):
             if all(field in r for r in rs):
-                row[field] = lower_median(sorted(r[field] for r in rs))
+                row[field] = statistics.median(r[field] for r in rs)
         out[k] = row
     return out
-
-
-def lower_median(values):
-    return values[(len(values) - 1) // 2]
 
 
 def compute_table(ours, theirs):

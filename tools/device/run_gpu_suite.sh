@@ -28,7 +28,7 @@ JOBS=${JOBS:-$(nproc)}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 BENCH=${BENCH:-decode prefill cascade}  # which benchmark sections run
 if [[ -d $BUILD_DIR/carried-libs ]]; then
-  export LD_LIBRARY_PATH="$ROOT/$BUILD_DIR/carried-libs:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$(cd "$BUILD_DIR/carried-libs" && pwd):${LD_LIBRARY_PATH:-}"
 fi
 skip_build=0 skip_tests=0 skip_bench=0
 for arg in "$@"; do
@@ -52,12 +52,14 @@ interleaved_rounds() {
   theirs=("$@")
   : >"$RESULTS_DIR/${name}_cuda.json"
   : >"$RESULTS_DIR/${name}_torch.json"
+  local round_file="$RESULTS_DIR/${name}_torch.round.json"
   for ((round = 0; round < rounds; ++round)); do
     "${ours[@]}" >>"$RESULTS_DIR/${name}_cuda.json" || status=1
-    PYTHONUNBUFFERED=1 python3 "${theirs[@]}" --out "$RESULTS_DIR/${name}_torch.round.json" >/dev/null || status=1
-    cat "$RESULTS_DIR/${name}_torch.round.json" >>"$RESULTS_DIR/${name}_torch.json"
+    rm -f "$round_file"  # a round whose script fails adds nothing (not the round before's records)
+    PYTHONUNBUFFERED=1 python3 "${theirs[@]}" --out "$round_file" >/dev/null || status=1
+    [[ -f $round_file ]] && cat "$round_file" >>"$RESULTS_DIR/${name}_torch.json"
   done
-  rm -f "$RESULTS_DIR/${name}_torch.round.json"
+  rm -f "$round_file"
 }
 
 prefix_args=()

@@ -11,7 +11,13 @@ build=$(tar -tJf "$archive" | awk -F/ 'NR == 1 { print $1 }')
 tar -xJf "$archive"
 old_root=$(cat "$build/carried-source-root")
 if [[ $old_root != "$PWD" ]]; then
+  # A literal replacement (the paths may hold characters sed would read as pattern syntax).
   find "$build" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) -print0 \
-    | xargs -0 sed -i "s#${old_root}#${PWD}#g"
+    | xargs -0 python3 -c '
+import sys
+old, new = sys.argv[1], sys.argv[2]
+for path in sys.argv[3:]:
+    with open(path) as f: text = f.read()
+    with open(path, "w") as f: f.write(text.replace(old, new))' "$old_root" "$PWD"
 fi
 echo "$build"
