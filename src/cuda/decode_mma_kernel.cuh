@@ -8,9 +8,10 @@
 // the products transposed (kKeyRows: S^T = K Q^T, O^T += V^T P^T, keys and dims as M, the
 // group as N = 8), which halves the MMAs and the accumulators per tile. K/V tiles of 16 keys
 // stream through a per-warp cp.async pipeline into padded shared rows (conflict-free ldmatrix);
-// a CTA's warps take its tiles from a shared counter after their first ones, so the one that
-// streams faster takes more (`claim`); the softmax runs on the accumulator fragments
-// (FlashAttention-2's register layout).
+// a CTA's warps take its tiles in a fixed interleave or, when the caller gives up bit-identical
+// results (DecodeOptions::deterministic false), from a shared counter after their first ones, so
+// the one that streams faster takes more (`claim`); the softmax runs on the accumulator
+// fragments (FlashAttention-2's register layout).
 // Kernels for head_dim 64, 128 and 256; head dims between them (multiples of 8, of 16 with fp8)
 // run zero-padded on the next size up (memory-bound: the padding costs tensor-core work, not
 // bytes). Used for group size >= 4 (smaller groups too in the Hopper TMA variant,

@@ -44,9 +44,8 @@ inline std::int64_t whole_merge_blocks(std::int64_t parts) {
 // Whether the batch qualifies for one four-warp CTA per SM instead of two two-warp ones (on the
 // Hopper TMA kernel, the only one with four-warp CTAs, whose warps balance their tiles: the
 // caller checks both; with the fixed interleave two CTAs per SM were as fast or faster, v44).
-// A uniform batch
-// of fewer units than SMs whose equal parts give 90-100% of the SMs one CTA of at least
-// kOneCtaPerSmKeys keys: one CTA per SM, half the splits to merge. H100, GQA 32/8 and MHA 32/32
+// A uniform batch of fewer units than SMs whose equal parts give 90-100% of the SMs one CTA of
+// at least kOneCtaPerSmKeys keys: one CTA per SM, half the splits to merge. H100, GQA 32/8 and MHA 32/32
 // (docs/perf-notes.md, CUDA decode v43): 1 x 32768 -0.7% / -1.1%, 2 x 8192 -2%, 2 x 16384 -1.6% /
 // -0.8%, 8 x 2048 -0.9%, 4 x 4096 +0.6%, 4 x 8192 +0.2%; CTAs of 512 keys lost (1 x 8192 +2.3%).
 inline bool fits_one_cta_per_sm(const SplitShape& s) {
