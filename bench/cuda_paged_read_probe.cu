@@ -1,5 +1,5 @@
 // Paged read probe: how fast the simplest kernel reads exactly a decode shape's valid K/V bytes
-// through its page table (16-byte streaming loads, nothing else: no attention, no pipeline, no
+// through its page table (16-byte loads, streaming unless --loads says otherwise; nothing else: no attention, no pipeline, no
 // merge), with the page ids shuffled as the benchmarks shuffle them or in order, for page sizes
 // and layouts chosen on the command line, next to the same loads over one flat buffer of the
 // same size. The rates of one run separate what scattered pages cost the memory system from
@@ -50,8 +50,34 @@ __device__ std::int64_t row_offset(const ProbeArgs& a, int seq, int head, int to
 
 __device__ std::uint32_t fold(uint4 x) { return x.x ^ x.y ^ x.z ^ x.w; }
 
+// How the reader's 16-byte loads treat L2 (--loads): streaming (ld.global.cs), plain, or plain
+// under an L2 evict-first or evict-normal cache policy. The decode's TMA boxes carry evict-first.
+enum LoadKind { kStreaming, kPlain, kEvictFirst, kEvictNormal };
+
+template <int kLoads>
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+  uint4 x;
+  if constexpr (kLoads == kStreaming) {
+    x = __ldcs(p);
+  } else if constexpr (kLoads == kPlain) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "l"(p));
+  } else {
+    std::uint64_t policy;
+    if constexpr (kLoads == kEvictFirst) {
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    } else {
+      asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+    }
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
+                 : "l"(p), "l"(policy));
+  }
+  return x;
+}
+
 // CTA = one split of one (sequence, KV head) row, as the decode's CTAs are; warp w loads the
 // split's tiles w, w + warps, ...; lane l the 16-byte piece l % 16 of row 2i + l / 16.
+template <int kLoads>
 __global__ void read_pages(ProbeArgs a) {
   const int unit = blockIdx.x / a.splits, split = blockIdx.x % a.splits;
   const int seq = unit / a.kv_heads, head = unit % a.kv_heads;
@@ -65,8 +91,8 @@ __global__ void read_pages(ProbeArgs a) {
       const int token = tile + 2 * i + lane / 16;
       if (token < t1) {
         const std::int64_t off = row_offset(a, seq, head, token) + lane % 16;
-        k[i] = __ldcs(a.k + off);
-        v[i] = __ldcs(a.v + off);
+        k[i] = load16<kLoads>(a.k + off);
+        v[i] = load16<kLoads>(a.v + off);
       } else {
         k[i] = v[i] = make_uint4(0, 0, 0, 0);
       }
@@ -79,6 +105,7 @@ __global__ void read_pages(ProbeArgs a) {
 }
 
 // The same loads over two flat buffers of the same sizes: CTA c reads its contiguous slice.
+template <int kLoads>
 __global__ void read_flat(const uint4* k, const uint4* v, std::int64_t vecs_per_cta, std::int64_t vecs,
                           std::uint32_t* sink) {
   const std::int64_t begin = blockIdx.x * vecs_per_cta, end = min(vecs, begin + vecs_per_cta);
@@ -88,8 +115,8 @@ __global__ void read_flat(const uint4* k, const uint4* v, std::int64_t vecs_per_
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const std::int64_t j = base + i * blockDim.x;
-      kk[i] = j < end ? __ldcs(k + j) : make_uint4(0, 0, 0, 0);
-      vv[i] = j < end ? __ldcs(v + j) : make_uint4(0, 0, 0, 0);
+      kk[i] = j < end ? load16<kLoads>(k + j) : make_uint4(0, 0, 0, 0);
+      vv[i] = j < end ? load16<kLoads>(v + j) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc ^= fold(kk[i]) ^ fold(vv[i]);
@@ -98,13 +125,29 @@ __global__ void read_flat(const uint4* k, const uint4* v, std::int64_t vecs_per_
   if (threadIdx.x % 32 == 0) atomicXor(sink + blockIdx.x % 1024, acc);
 }
 
+// The reader kernels of a --loads value.
+struct ReadKernels {
+  void (*flat)(const uint4*, const uint4*, std::int64_t, std::int64_t, std::uint32_t*);
+  void (*pages)(ProbeArgs);
+};
+template <int kLoads>
+ReadKernels read_kernels() {
+  return {read_flat<kLoads>, read_pages<kLoads>};
+}
+ReadKernels kernels_for(const std::string& loads) {
+  if (loads == "plain") return read_kernels<kPlain>();
+  if (loads == "evict_first") return read_kernels<kEvictFirst>();
+  if (loads == "evict_normal") return read_kernels<kEvictNormal>();
+  return read_kernels<kStreaming>();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int batch = 64, seq_len = 2048, kv_heads = 8, iters = 50, tokens_per_cta = 512, threads = 256;
   std::vector<int> page_sizes{16, 128, 1024};
   std::vector<std::string> layouts{"nhd", "hnd"}, orders{"shuffled", "sequential"};
-  std::string shape = "d-b64";
+  std::string shape = "d-b64", loads = "streaming";
   CLI::App app{"Paged read probe: a decode shape's K/V bytes read through its page table, nothing else"};
   app.add_option("--batch", batch, "Sequences")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--seq-len", seq_len, "Tokens per sequence")->check(CLI::Range(1, 1 << 24))->capture_default_str();
@@ -116,6 +159,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(16, 1 << 24))->capture_default_str();
   app.add_option("--threads", threads, "Threads per CTA")->check(CLI::IsMember({64, 128, 256, 512}))->capture_default_str();
   app.add_option("--iters", iters, "Graph replays timed")->check(CLI::Range(3, 1 << 20))->capture_default_str();
+  app.add_option("--loads", loads, "L2 treatment of the loads: streaming (ld.global.cs), plain, evict_first, evict_normal")
+      ->check(CLI::IsMember({"streaming", "plain", "evict_first", "evict_normal"}))
+      ->capture_default_str();
   app.add_option("--shape", shape, "Name written into the records")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -123,6 +169,7 @@ int main(int argc, char** argv) {
     using namespace pagedattn::bench;
     const double ceiling = measure_cuda_copy_gbps(0);
     const std::string device = cuda_device_name(0);
+    const auto [flat_kernel, pages_kernel] = kernels_for(loads);
     cudaStream_t stream;
     ok(cudaStreamCreate(&stream), "stream");
     const std::int64_t row_bytes = kRowVecs * 16, tokens = std::int64_t{batch} * seq_len;
@@ -138,7 +185,7 @@ int main(int argc, char** argv) {
                                 {"head_dim", 128}, {"bytes", bytes}, {"time_us_median", t},
                                 {"time_us_min", *std::min_element(us.begin(), us.end())},
                                 {"achieved_gbps", gbps}, {"ceiling_gbps", ceiling}, {"ratio_to_ceiling", gbps / ceiling},
-                                {"threads", threads}, {"tokens_per_cta", tokens_per_cta}};
+                                {"threads", threads}, {"tokens_per_cta", tokens_per_cta}, {"loads", loads}};
       std::printf("%s\n", r.dump().c_str());
       std::fflush(stdout);
     };
@@ -150,7 +197,7 @@ int main(int argc, char** argv) {
       const std::int64_t ctas = std::int64_t{batch} * kv_heads * splits;
       const std::int64_t per_cta = (vecs + ctas - 1) / ctas;
       const auto call = [&] {
-        read_flat<<<static_cast<unsigned>(ctas), threads, 0, stream>>>(
+        flat_kernel<<<static_cast<unsigned>(ctas), threads, 0, stream>>>(
             static_cast<const uint4*>(k.ptr), static_cast<const uint4*>(v.ptr), per_cta, vecs,
             static_cast<std::uint32_t*>(sink.ptr));
       };
@@ -171,7 +218,7 @@ int main(int argc, char** argv) {
                             static_cast<const std::int32_t*>(table.ptr), pages_per_seq, seq_len, page, kv_heads,
                             tokens_per_cta, splits, layout == "hnd", static_cast<std::uint32_t*>(sink.ptr)};
           const unsigned ctas = static_cast<unsigned>(batch * kv_heads * splits);
-          const auto call = [&] { read_pages<<<ctas, threads, 0, stream>>>(a); };
+          const auto call = [&] { pages_kernel<<<ctas, threads, 0, stream>>>(a); };
           emit("paged", layout, page, order, time_captured(stream, call, 5, iters));
         }
       }

@@ -18,6 +18,22 @@ build=${build%/}
 [[ $build != */* ]] || { echo "BUILD_DIR must be a directory directly under the checkout's root, got $build" >&2; exit 1; }
 [[ -f $build/CTestTestfile.cmake ]] || { echo "$build is not a configured build directory" >&2; exit 1; }
 [[ -x $build/pagedattn ]] || { echo "$build/pagedattn is missing: build it first" >&2; exit 1; }
+# Nothing left to build, and every compiled object with its header dependencies on record. An
+# object whose record lists none is not rebuilt when a header it includes changes: after a header
+# edit, such a kernel object and the host code disagreed on the kernel parameters' layout, and
+# every decode launch faulted with "illegal instruction" (docs/perf-notes.md, CUDA decode on the
+# H200). How ninja came to record none for four objects is not pinned down (the suspect: a dry
+# run, `ninja -n`, while another ninja was building them).
+if [[ -f $build/build.ninja ]]; then
+  pending=$(ninja -C "$build" -n 2>/dev/null | grep -c '^\[' || true)
+  ((pending == 0)) || { echo "$build is not up to date ($pending steps): build it first" >&2; exit 1; }
+  blind=$(ninja -C "$build" -t deps | awk '/#deps 0,/ { sub(":", "", $1); print $1 }')
+  [[ -z $blind ]] || {
+    echo "these objects have no header dependencies on record; delete them and build again:" >&2
+    echo "$blind" >&2
+    exit 1
+  }
+fi
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
