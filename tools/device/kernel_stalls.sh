@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a kernel's warps wait: Nsight Compute stall reasons (per issued instruction),
 # instruction counts and DRAM throughput of one launch per case, at the boost clock.
-# Needs build-gpu/ (tools/device/run_gpu_suite.sh).
+# Needs a CUDA build in $BUILD_DIR (default build-gpu/, made by tools/device/run_gpu_suite.sh; or a carried one).
 # Usage: kernel_stalls.sh decode|prefill "NAME: bench options" ...
 #   e.g. kernel_stalls.sh decode "gqa-b64: --batch 64 --seq-len 2048 --heads 32/8"
 #        PAGEDATTN_PREFILL_TMA=0 kernel_stalls.sh prefill "a512: --new-tokens 512 --cached-tokens 8192"
@@ -21,6 +21,6 @@ for r in "${reasons[@]}"; do metrics+=",smsp__average_warps_issue_stalled_${r}_p
 for spec in "$@"; do
   parse_spec "$spec"
   ncu --clock-control none --kernel-name regex:"$kernel" --launch-skip "$skip" --launch-count 1 --metrics "$metrics" \
-    build-gpu/pagedattn bench "$op" --device cuda --iters 3 --warmup 1 "${opts[@]}" 2>&1 \
+    "$BUILD_DIR"/pagedattn bench "$op" --device cuda --iters 3 --warmup 1 "${opts[@]}" 2>&1 \
     | grep -E "^\s+(gpu__|dram__|smsp__|sm__)" | sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//; s/ +/ /g'
 done

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Nsight Compute over chosen decode shapes: per-kernel durations of every decode/merge launch,
 # and the throughput, occupancy and warp-stall sections of the decode kernel, written to
-# RESULTS_DIR (default $OUT, else bench/results/local). Needs a CUDA build in build-gpu/
-# (tools/device/run_gpu_suite.sh makes one).
+# RESULTS_DIR (default $OUT, else bench/results/local). Needs a CUDA build in $BUILD_DIR
+# (default build-gpu/, which tools/device/run_gpu_suite.sh makes; or a carried one).
 # Usage: tools/device/profile_decode.sh "NAME: bench options" ...
 #   e.g. tools/device/profile_decode.sh "gqa-b64: --batch 64 --seq-len 2048 --heads 32/8"
 # shellcheck source=tools/device/profile_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/profile_common.sh"
 for spec in "$@"; do
   parse_spec "$spec"
-  bench=(build-gpu/pagedattn bench decode --device cuda --iters 3 --warmup 1 "${opts[@]}")
+  bench=("$BUILD_DIR"/pagedattn bench decode --device cuda --iters 3 --warmup 1 "${opts[@]}")
   ncu --kernel-name regex:'decode|merge' --metrics gpu__time_duration.sum,dram__bytes_read.sum.per_second \
     --csv "${bench[@]}" >"$RESULTS_DIR/ncu-$name-times.csv" 2>"$RESULTS_DIR/ncu-$name-times.err"
   python3 - "$RESULTS_DIR/ncu-$name-times.csv" <<'PY'
