@@ -22,8 +22,8 @@ build=${build%/}
 # object whose record lists none is not rebuilt when a header it includes changes: after a header
 # edit, such a kernel object and the host code disagreed on the kernel parameters' layout, and
 # every decode launch faulted with "illegal instruction" (docs/perf-notes.md, CUDA decode on the
-# H200). How ninja came to record none for four objects is not pinned down (the suspect: a dry
-# run, `ninja -n`, while another ninja was building them).
+# H200). How ninja came to record none for four objects is not pinned down (a dry run, `ninja -n`,
+# leaves the record alone; two ninja processes writing one build's record at once are a suspect).
 if [[ -f $build/build.ninja ]]; then
   pending=$(ninja -C "$build" -n 2>/dev/null | grep -c '^\[' || true)
   ((pending == 0)) || { echo "$build is not up to date ($pending steps): build it first" >&2; exit 1; }
