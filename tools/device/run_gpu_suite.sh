@@ -25,11 +25,9 @@ ROOT=$PWD
 RESULTS_DIR=${RESULTS_DIR:-${OUT:-$ROOT/bench/results/local}}
 mkdir -p "$RESULTS_DIR"
 JOBS=${JOBS:-$(nproc)}
-BUILD_DIR=${BUILD_DIR:-build-gpu}
+# shellcheck source=tools/device/build_dir.sh
+source tools/device/build_dir.sh
 BENCH=${BENCH:-decode prefill cascade}  # which benchmark sections run
-if [[ -d $BUILD_DIR/carried-libs ]]; then
-  export LD_LIBRARY_PATH="$(cd "$BUILD_DIR/carried-libs" && pwd):${LD_LIBRARY_PATH:-}"
-fi
 skip_build=0 skip_tests=0 skip_bench=0
 for arg in "$@"; do
   case $arg in
