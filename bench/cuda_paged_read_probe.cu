@@ -1,10 +1,10 @@
 // Paged read probe: how fast the simplest kernel reads exactly a decode shape's valid K/V bytes
-// through its page table (16-byte loads, streaming unless --loads says otherwise; nothing else: no attention, no pipeline, no
-// merge), with the page ids shuffled as the benchmarks shuffle them or in order, for page sizes
-// and layouts chosen on the command line, next to the same loads over one flat buffer of the
-// same size. The rates of one run separate what scattered pages cost the memory system from
-// what a decode kernel adds to it. Not a benchmark of record: `pagedattn bench decode` is
-// (docs/perf-notes.md). One JSON record per line on stdout.
+// through its page table (16-byte loads, streaming unless --loads says otherwise; nothing else:
+// no attention, no pipeline, no merge), with the page ids shuffled as the benchmarks shuffle them
+// or in order, for page sizes and layouts chosen on the command line, next to the same loads over
+// one flat buffer of the same size. The rates of one run separate what scattered pages cost the
+// memory system from what a decode kernel adds to it. Not a benchmark of record: `pagedattn bench
+// decode` is (docs/perf-notes.md). One JSON record per line on stdout.
 #include <cuda_runtime.h>
 
 #include <algorithm>
