@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "core/env_switch.h"
 #include "cuda/page_tensor_map.h"
 
 namespace pagedattn::cuda {
@@ -34,6 +35,22 @@ bool valid_strides(std::initializer_list<std::int64_t> strides) {
   return true;
 }
 
+// How far L2 widens a box row's fetch: not at all. A box row is 128 bytes (the swizzle's width),
+// so a wider fetch brings nothing the copy did not ask for, yet with 256-byte promotion L2 looked
+// up a third more sectors for the same DRAM reads (a quarter of them "hits" on the promoted half
+// of a row): H200, decode 64 x 2048 (ncu: lts__t_sectors per dram__sectors_read 2.02 -> 1.52
+// MHA, 2.06 -> 1.56 GQA; hit rate 26 -> 1-2%), and with L2 near its peak that held DRAM to 83%.
+// Every 16-bit TMA decode shape ran 7-9% faster without it (docs/perf-notes.md, v47).
+// PAGEDATTN_TMA_L2_PROMOTION=64 / 128 / 256 (bytes) asks for one, for measurements.
+CUtensorMapL2promotion l2_promotion() {
+  switch (detail::env_int("PAGEDATTN_TMA_L2_PROMOTION", 0, 256).value_or(0)) {
+    case 64: return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    case 128: return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    case 256: return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    default: return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  }
+}
+
 // A tensor map with unit element steps: 16-bit elements (bf16 or f16) in the 128-byte swizzle
 // that wgmma and ldmatrix read, or fp8 bytes unswizzled (rows that a kernel widens itself before
 // its matrix units read them); false when the driver refuses it or cannot be found.
@@ -49,7 +66,7 @@ bool encode_tiled(CUtensorMap& map, DType dtype, const void* data, const std::ar
   std::array<cuuint32_t, kRank> steps;
   steps.fill(1);
   return encode(&map, type, static_cast<cuuint32_t>(kRank), const_cast<void*>(data), dims.data(), strides.data(), box.data(),
-                steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                steps.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, l2_promotion(),
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
