@@ -385,6 +385,10 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
   prm.speculate_pages = !detail::env_switched_off("PAGEDATTN_DECODE_PAGE_SPECULATION");
   prm.balance_warps = plan.balance_warps;
+  // The cp.async copies' L2 fetch of 256 bytes took the bf16 GQA decode from 90 to 92% of the
+  // H100's copy ceiling (d-b64) when it still ran on them; PAGEDATTN_CP_ASYNC_L2_PREFETCH=0 / 64
+  // / 128 / 256 sets it for measurements (on the H200 the TMA maps' like widening cost 7-9%).
+  prm.cp_async_l2_bytes = detail::env_int("PAGEDATTN_CP_ASYNC_L2_PREFETCH", 0, 256).value_or(256);
 
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {

@@ -70,6 +70,10 @@ struct DecodeKernelParams {
   // CUDA-core kernel only: keys past the query's position are not attended (the rows are a
   // causal prefill's query tokens, prefill_by_rows.cu; a decode query sits after all its keys).
   bool clip_keys_to_query = false;
+  // How far L2 widens the tensor-core kernel's 16-byte cp.async tile copies (fp8 caches, pages
+  // that do not hold whole tiles): 256, 128 or 64 bytes, or 0 for no widening
+  // (PAGEDATTN_CP_ASYNC_L2_PREFETCH; cp_async_16_widened).
+  int cp_async_l2_bytes = 256;
   CUtensorMap k_tiles, v_tiles;
 };
 
@@ -231,6 +235,21 @@ __device__ __forceinline__ void write_cta_result(const DecodeKernelParams& prm, 
 
 // ---- cp.async (sm_80+): global -> shared copies that do not occupy registers ----------------
 
+// 16 bytes global -> shared with the L2 fetch widened to l2_bytes (256, 128, 64; else none): a
+// value uniform over the grid, so the branch costs no divergence.
+__device__ __forceinline__ void cp_async_16_widened(void* smem, const void* gmem, int l2_bytes) {
+  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (l2_bytes == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  } else if (l2_bytes == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  } else if (l2_bytes == 64) {
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+  }
+}
+
 // bytes: 16, 8 or 4 (a compile-time constant at every call, so the branches fold away).
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes) {
   const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -238,7 +257,7 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem, int bytes
     // The L2 fetches whole 256-byte segments from DRAM: K/V rows are 256 contiguous bytes or
     // more at head_dim 128, and the larger requests took the GQA decode from 90 to 92% of the
     // copy ceiling on d-b64 (93.5% on d-b256).
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+    cp_async_16_widened(smem, gmem, 256);
   } else if (bytes == 8) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(gmem));
   } else {  // 4

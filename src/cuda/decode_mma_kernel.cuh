@@ -514,6 +514,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   }
   const std::int64_t k_row_step = (32 / kChunks) * ka.token_stride;  // between a lane's rows
   const std::int64_t v_row_step = (32 / kChunks) * va.token_stride;
+  const int l2_bytes = prm.cp_async_l2_bytes;  // uniform: the copies' branch does not diverge
 
   int chunk = 0;
   for (std::int64_t cp0 = t_begin / P; t_begin < t_end && cp0 * P < t_end; cp0 += kPageChunk, ++chunk) {
@@ -614,8 +615,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           for (int i = 0; i < kTokens * kChunks / 32; ++i) {
             if (!lane_copies) break;
             const int r = lane_row + i * (32 / kChunks);
-            cp_async(chunk_ptr(stage_ptr(j, 0), r, lane_chunk, 0), k_base + k_off + i * k_row_step, 16);
-            if constexpr (!kVT) cp_async(chunk_ptr(stage_ptr(j, 1), r, lane_chunk, 1), v_base + v_off + i * v_row_step, 16);
+            cp_async_16_widened(chunk_ptr(stage_ptr(j, 0), r, lane_chunk, 0), k_base + k_off + i * k_row_step, l2_bytes);
+            if constexpr (!kVT) {
+              cp_async_16_widened(chunk_ptr(stage_ptr(j, 1), r, lane_chunk, 1), v_base + v_off + i * v_row_step, l2_bytes);
+            }
           }
         } else {
 #pragma unroll
@@ -628,8 +631,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
               if (lane_copies) {
                 std::int64_t k_off, v_off;
                 row_offset(t, k_off, v_off);
-                cp_async(k_dst, k_base + k_off, 16);
-                if constexpr (!kVT) cp_async(v_dst, v_base + v_off, 16);
+                cp_async_16_widened(k_dst, k_base + k_off, l2_bytes);
+                if constexpr (!kVT) cp_async_16_widened(v_dst, v_base + v_off, l2_bytes);
               }
             } else {  // outside the keys: zeros, so 0-weight keys cannot turn into NaN
               *reinterpret_cast<uint4*>(k_dst) = make_uint4(0, 0, 0, 0);
