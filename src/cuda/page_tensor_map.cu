@@ -36,9 +36,9 @@ bool valid_strides(std::initializer_list<std::int64_t> strides) {
 }
 
 // How far L2 widens a box row's fetch: not at all. A 16-bit box row is 128 bytes (the swizzle's
-// width): a 256-byte fetch brings the row's other half, which the box asks for anyway, and L2 looked
-// up a third more sectors for the same DRAM reads (a quarter of them "hits" on the promoted half
-// of a row): H200, decode 64 x 2048 (ncu: lts__t_sectors per dram__sectors_read 2.02 -> 1.52
+// width): a 256-byte fetch brings the row's other half, which the box asks for anyway, and L2
+// looked up a third more sectors for the same DRAM reads (a quarter of them "hits" on the promoted
+// half of a row): H200, decode 64 x 2048 (ncu: lts__t_sectors per dram__sectors_read 2.02 -> 1.52
 // MHA, 2.06 -> 1.56 GQA; hit rate 26 -> 1-2%), and with L2 near its peak that held DRAM to 83%.
 // Every 16-bit TMA decode shape ran 7-9% faster without it (docs/perf-notes.md, v47).
 // PAGEDATTN_TMA_L2_PROMOTION=64 / 128 / 256 (bytes) asks for one, for measurements.
