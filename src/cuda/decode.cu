@@ -389,6 +389,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   // H100's copy ceiling (d-b64) when it still ran on them; PAGEDATTN_CP_ASYNC_L2_PREFETCH=0 / 64
   // / 128 / 256 sets it for measurements (on the H200 the TMA maps' like widening cost 7-9%).
   prm.cp_async_l2_bytes = detail::env_int("PAGEDATTN_CP_ASYNC_L2_PREFETCH", 0, 256).value_or(256);
+  // Five pipeline stages for fp8 at head_dim 128 instead of four (PAGEDATTN_DECODE_FP8_DEEP=1;
+  // not yet measured: off).
+  prm.fp8_deep_pipeline = detail::env_switch("PAGEDATTN_DECODE_FP8_DEEP", false);
 
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {
