@@ -53,10 +53,11 @@ namespace pagedattn::cuda {
 // SM more than one CTA: there two warps alone could not keep enough tiles in flight.
 constexpr int kMmaDecodeWarps = 2;
 constexpr int kWideWarps = 4;
-// fp8 at head_dim 128 with DecodeKernelParams::fp8_deep_pipeline: five stages, so that three
-// 4 KB tiles per warp stay in flight during a two-tile step instead of two (an SM of four
-// two-warp CTAs then holds ~96 KB in flight, the 16-bit TMA kernel's ~128; 54 KB of shared
-// memory per CTA still fits four per SM).
+// fp8 on the 128-dim kernel with DecodeKernelParams::fp8_deep_pipeline: five stages, so that
+// three 4 KB tiles per warp stay in flight during a two-tile step instead of two (an SM of four
+// two-warp CTAs then holds ~96 KB in flight, the 16-bit TMA kernel's ~128). With key rows
+// (groups of at most 8) a CTA takes 54 KB of shared memory, so four still fit an SM; with head
+// rows ~58 KB, three.
 constexpr int kFp8DeepStages = 5;
 
 template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps,
@@ -1005,8 +1006,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 // f16; KV = T, or fp8 with T = f16; kD 64, 128 or 256, the smallest that holds head_dim, padded
 // when it is larger). fp8 always takes two tiles per step and the cp.async 16-bit kernel one;
 // the TMA kernel takes two when `pair_steps` (its four stages fit three CTAs per SM instead of
-// four), and four warps per CTA when `wide`; `key_rows` the transposed products. fp8 at head_dim
-// 128 in rows (not vLLM's transposed V) takes kFp8DeepStages when prm.fp8_deep_pipeline.
+// four), and four warps per CTA when `wide`; `key_rows` the transposed products. fp8 on the
+// 128-dim kernel in rows (not vLLM's transposed V) takes kFp8DeepStages when prm.fp8_deep_pipeline.
 // Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
 // sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
