@@ -77,7 +77,12 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
                                   (c.vt || rows_vectorisable(p.kv.v, kv, 16)));
   c.mma_able = (c.vec || c.vt) && q16 && mma_kv && p.head_dim % 8 == 0 && p.head_dim <= 256 &&
                mma_fits_device(p, c.vt, device);
-  c.mma = c.mma_able && (group >= 4 || c.vt);
+  // Groups below 4 leave most of the tensor-core tiles' rows idle, but for an fp8 cache the
+  // CUDA-core kernel's per-element widening costs more than the idle rows (measured on an H200
+  // with PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never, 1 = fp8 caches (the default), 2 = any
+  // dtype the TMA kernel does not take).
+  const int small_groups = detail::env_int("PAGEDATTN_DECODE_SMALL_GROUP_MMA", 0, 2).value_or(1);
+  c.mma = c.mma_able && (group >= 4 || c.vt || small_groups == 2 || (small_groups == 1 && is_fp8(kv)));
   // Groups of at most 8 heads fill the transposed products' 8 columns (the untransposed ones'
   // 16 rows would be half empty or less). PAGEDATTN_DECODE_KEY_ROWS=0 turns them off.
   c.key_rows = c.mma_able && group <= 8 && detail::env_switch("PAGEDATTN_DECODE_KEY_ROWS", true);
@@ -120,12 +125,25 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
 #endif
 }
 
-// A grid's CTAs and the device's SMs, which the TMA kernel's shape choices compare.
+// A grid's CTAs and the device's SMs, which the decode kernels' shape choices compare.
 struct GridFill {
   std::int64_t ctas = 0, sms = 0;
 };
 GridFill grid_fill(dim3 grid, int device) {
   return {static_cast<std::int64_t>(grid.x) * grid.y * grid.z, static_cast<std::int64_t>(sm_count(device))};
+}
+
+// How far L2 widens the cp.async tile copies' fetches (DecodeKernelParams::cp_async_l2_bytes).
+// On an H200 (docs/perf-notes.md, v48), the 128-dim kernel's grids of about one to two waves
+// (3 to 8 CTAs per SM; four fit) read 4-10% faster with 128 bytes than with 256 (fp8 in every
+// layout, group sizes 1, 2 and 4; bf16 pages of 1 and 8), while grids under one wave and the
+// 4-wave ones read 5-7% faster with 256, as did head_dim 64 and 256. Measured, not derived:
+// MHA 768 CTAs and GQA 3072 CTAs were 1% from the rule.
+// PAGEDATTN_CP_ASYNC_L2_PREFETCH=0 / 64 / 128 / 256 sets it for measurements.
+int cp_async_l2_bytes(const detail::AttentionProblem& p, GridFill fill) {
+  if (auto forced = detail::env_int("PAGEDATTN_CP_ASYNC_L2_PREFETCH", 0, 256)) return *forced;
+  const bool mid_grid = fill.ctas >= 3 * fill.sms && fill.ctas <= 8 * fill.sms;
+  return p.head_dim > 64 && p.head_dim <= 128 && mid_grid ? 128 : 256;
 }
 
 // Two tiles per softmax step for the TMA kernel (its four stages' shared memory fits three
@@ -385,13 +403,6 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
   prm.speculate_pages = !detail::env_switched_off("PAGEDATTN_DECODE_PAGE_SPECULATION");
   prm.balance_warps = plan.balance_warps;
-  // The cp.async copies' L2 fetch of 256 bytes took the bf16 GQA decode from 90 to 92% of the
-  // H100's copy ceiling (d-b64) when it still ran on them; PAGEDATTN_CP_ASYNC_L2_PREFETCH=0 / 64
-  // / 128 / 256 sets it for measurements (on the H200 the TMA maps' like widening cost 7-9%).
-  prm.cp_async_l2_bytes = detail::env_int("PAGEDATTN_CP_ASYNC_L2_PREFETCH", 0, 256).value_or(256);
-  // Five pipeline stages for fp8 at head_dim 128 instead of four (PAGEDATTN_DECODE_FP8_DEEP=1;
-  // not yet measured: off).
-  prm.fp8_deep_pipeline = detail::env_switch("PAGEDATTN_DECODE_FP8_DEEP", false);
 
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "decode");
   if (plan.workspace_bytes > 0) {
@@ -399,6 +410,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     prm.part_lse = prm.part_o + p.num_seqs * plan.max_splits * p.num_q_heads * p.head_dim;
   }
   const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
+  prm.cp_async_l2_bytes = cp_async_l2_bytes(p, grid_fill(grid, device));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
   if (use_tma_tiles(p, plan, choice, device, &prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)

@@ -74,9 +74,6 @@ struct DecodeKernelParams {
   // that do not hold whole tiles): 256, 128 or 64 bytes, or 0 for no widening
   // (PAGEDATTN_CP_ASYNC_L2_PREFETCH; cp_async_16_widened).
   int cp_async_l2_bytes = 256;
-  // Launcher only: fp8 on the 128-dim kernel (head_dim 72 to 128) runs the five-stage pipeline
-  // (kFp8DeepStages; PAGEDATTN_DECODE_FP8_DEEP=1).
-  bool fp8_deep_pipeline = false;
   CUtensorMap k_tiles, v_tiles;
 };
 

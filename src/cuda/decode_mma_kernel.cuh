@@ -53,15 +53,9 @@ namespace pagedattn::cuda {
 // SM more than one CTA: there two warps alone could not keep enough tiles in flight.
 constexpr int kMmaDecodeWarps = 2;
 constexpr int kWideWarps = 4;
-// fp8 on the 128-dim kernel with DecodeKernelParams::fp8_deep_pipeline: five stages, so that
-// three 4 KB tiles per warp stay in flight during a two-tile step instead of two (an SM of four
-// two-warp CTAs then holds ~96 KB in flight, the 16-bit TMA kernel's ~128). With key rows
-// (groups of at most 8) a CTA takes 54 KB of shared memory, so four still fit an SM; with head
-// rows ~58 KB, three.
-constexpr int kFp8DeepStages = 5;
 
 template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps,
-          bool kVT = false, bool kKeyRows = false, int kStageCount = 0>
+          bool kVT = false, bool kKeyRows = false>
 struct MmaDecodeSmem {
   static constexpr bool kFp8 = sizeof(KV) == 1;  // then the tensor cores multiply in f16
   static constexpr int kWarps = kCtaWarps;
@@ -70,10 +64,9 @@ struct MmaDecodeSmem {
   // Tiles per softmax step: with few warps per SM (fp8 always: its widening lengthens the
   // chain) a warp is bound by the step's dependent chain (maxima, exponentials, rescale), not
   // by memory, and two tiles per step let one chain serve 32 keys. Four stages keep two tiles
-  // in flight during a step, as three do for one-tile steps. kStageCount > 0 asks for that many
-  // stages instead (fp8's deeper pipeline, kFp8DeepStages).
+  // in flight during a step, as three do for one-tile steps.
   static constexpr int kStep = kTilesPerStep;
-  static constexpr int kStages = kStageCount > 0 ? kStageCount : kStep == 2 ? 4 : 3;
+  static constexpr int kStages = kStep == 2 ? 4 : 3;
   static constexpr int kPageChunk = 1024;
   // fp8 K rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks) fall
   // in distinct banks; fp8 V rows are not (each lane widens the 16-byte chunks it copied). TMA
@@ -326,11 +319,10 @@ __device__ __forceinline__ void write_head_rows_result(const DecodeKernelParams&
 // instead of kD / 8 with 16 head rows of which at most 8 are live, and each lane holds half the
 // accumulators. P^T's B fragments come from the logits' C fragments by one movmatrix
 // transpose per 8 keys.
-template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps, bool kPadded, bool kVT, bool kKeyRows,
-          int kStageCount = 0>
+template <class KV, class T, int kD, bool kTma, int kTilesPerStep, int kCtaWarps, bool kPadded, bool kVT, bool kKeyRows>
 __global__ void __launch_bounds__(32 * kCtaWarps)
     paged_decode_mma_kernel(const __grid_constant__ DecodeKernelParams prm) {
-  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps, kVT, kKeyRows, kStageCount>;
+  using Smem = MmaDecodeSmem<KV, kD, kTma, kTilesPerStep, kCtaWarps, kVT, kKeyRows>;
   static_assert(!kVT || !kTma, "transposed V tiles come by cp.async");
   constexpr int kWarps = Smem::kWarps, kTokens = Smem::kTokens, kStages = Smem::kStages, kStep = Smem::kStep;
   constexpr int kPageChunk = Smem::kPageChunk, kRowElems = Smem::kRowElems;
@@ -1006,32 +998,21 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 // f16; KV = T, or fp8 with T = f16; kD 64, 128 or 256, the smallest that holds head_dim, padded
 // when it is larger). fp8 always takes two tiles per step and the cp.async 16-bit kernel one;
 // the TMA kernel takes two when `pair_steps` (its four stages fit three CTAs per SM instead of
-// four), and four warps per CTA when `wide`; `key_rows` the transposed products. fp8 on the
-// 128-dim kernel in rows (not vLLM's transposed V) takes kFp8DeepStages when prm.fp8_deep_pipeline.
+// four), and four warps per CTA when `wide`; `key_rows` the transposed products.
 // Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
 // sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
                              dim3 grid, cudaStream_t stream) {
-  auto launch_staged = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c, auto rows_c, auto stages_c) {
+  auto launch_rows = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c, auto rows_c) {
     constexpr int kD = decltype(d_c)::value, kStep = decltype(step_c)::value, kWarps = decltype(warps_c)::value;
     constexpr bool kVT = decltype(vt_c)::value, kKeyRows = decltype(rows_c)::value;
-    constexpr int kStageCount = decltype(stages_c)::value;
-    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps, kVT, kKeyRows, kStageCount>::kBytes;
-    auto kernel =
-        paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps, decltype(padded_c)::value, kVT, kKeyRows, kStageCount>;
+    constexpr int kBytes = MmaDecodeSmem<KV, kD, kTma, kStep, kWarps, kVT, kKeyRows>::kBytes;
+    auto kernel = paged_decode_mma_kernel<KV, T, kD, kTma, kStep, kWarps, decltype(padded_c)::value, kVT, kKeyRows>;
     if (allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kBytes) != cudaSuccess) {
       return;  // reported by the caller's launch check
     }
     kernel<<<grid, 32 * kWarps, kBytes, stream>>>(prm);
-  };
-  auto launch_rows = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c, auto rows_c) {
-    if constexpr (sizeof(KV) == 1 && decltype(d_c)::value == 128 && !decltype(vt_c)::value) {
-      if (prm.fp8_deep_pipeline) {
-        return launch_staged(d_c, step_c, warps_c, padded_c, vt_c, rows_c, std::integral_constant<int, kFp8DeepStages>{});
-      }
-    }
-    launch_staged(d_c, step_c, warps_c, padded_c, vt_c, rows_c, std::integral_constant<int, 0>{});
   };
   auto launch_as = [&](auto d_c, auto step_c, auto warps_c, auto padded_c, auto vt_c) {
     if (key_rows) launch_rows(d_c, step_c, warps_c, padded_c, vt_c, std::true_type{});
