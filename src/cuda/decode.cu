@@ -78,10 +78,11 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   c.mma_able = (c.vec || c.vt) && q16 && mma_kv && p.head_dim % 8 == 0 && p.head_dim <= 256 &&
                mma_fits_device(p, c.vt, device);
   // Groups below 4 leave most of the tensor-core tiles' rows idle, but for an fp8 cache the
-  // CUDA-core kernel's per-element widening costs more than the idle rows (measured on an H200
-  // with PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never, 1 = fp8 caches (the default), 2 = any
-  // dtype the TMA kernel does not take).
-  const int small_groups = detail::env_int("PAGEDATTN_DECODE_SMALL_GROUP_MMA", 0, 2).value_or(1);
+  // CUDA-core kernel's per-element widening costs more than the idle rows: H200, MHA fp8 1.4-1.7x
+  // and group-2 fp8 3.7x faster on the tensor-core kernel (docs/perf-notes.md, v48).
+  // PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never (the default until the fp8 small-group cases of
+  // test_decode_cuda have run on a GPU), 1 = fp8 caches, 2 = any dtype the TMA kernel does not take.
+  const int small_groups = detail::env_int("PAGEDATTN_DECODE_SMALL_GROUP_MMA", 0, 2).value_or(0);
   c.mma = c.mma_able && (group >= 4 || c.vt || small_groups == 2 || (small_groups == 1 && is_fp8(kv)));
   // Groups of at most 8 heads fill the transposed products' 8 columns (the untransposed ones'
   // 16 rows would be half empty or less). PAGEDATTN_DECODE_KEY_ROWS=0 turns them off.

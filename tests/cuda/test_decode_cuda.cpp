@@ -190,6 +190,18 @@ std::vector<Case> cases() {
   // 128 CTAs, merged by a CTA per row and by a warp per row); otherwise two two-warp CTAs per SM.
   { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.lens = {16400}; out.push_back(c); }
   { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.sinks = true; c.lens = {8200, 8192}; out.push_back(c); }
+  // fp8 caches with groups below 4 (MHA, 2, 3), which PAGEDATTN_DECODE_SMALL_GROUP_MMA moves between
+  // the CUDA-core and the tensor-core kernel: both dtypes, every layout, head dims 64 / 128 / 256,
+  // pages that tiles straddle, split-K with variants, q past f16's range. (Appended: the
+  // sanitizer filters name cases by index.)
+  { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 4; c.num_kv_heads = 4; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.num_q_heads = 8; c.num_kv_heads = 4; c.layout = KVLayout::kHND; c.page_size = 3; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 12; c.num_kv_heads = 4; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.num_q_heads = 4; c.num_kv_heads = 4; c.head_dim = 64; c.page_size = 1; c.lens = {1, 2, 200, 1000}; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E5M2; c.num_q_heads = 4; c.num_kv_heads = 4; c.head_dim = 256; c.window = 300; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 4; c.num_kv_heads = 4; c.layout = KVLayout::kVllmSplit; c.csr = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 8; c.num_kv_heads = 4; c.q_amp = 200000.0f; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E5M2; c.num_q_heads = 32; c.num_kv_heads = 32; c.head_dim = 80; c.lens = {2100, 1, 513}; out.push_back(c); }
   return out;
 }
 
