@@ -134,17 +134,12 @@ GridFill grid_fill(dim3 grid, int device) {
   return {static_cast<std::int64_t>(grid.x) * grid.y * grid.z, static_cast<std::int64_t>(sm_count(device))};
 }
 
-// How far L2 widens the cp.async tile copies' fetches (DecodeKernelParams::cp_async_l2_bytes).
-// On an H200 (docs/perf-notes.md, v48), the 128-dim kernel's grids of about one to two waves
-// (3 to 8 CTAs per SM; four fit) read 4-10% faster with 128 bytes than with 256 (fp8 in every
-// layout, group sizes 1, 2 and 4; bf16 pages of 1 and 8), while grids under one wave and the
-// 4-wave ones read 5-7% faster with 256, as did head_dim 64 and 256. Measured, not derived:
-// MHA 768 CTAs and GQA 3072 CTAs were 1% from the rule.
-// PAGEDATTN_CP_ASYNC_L2_PREFETCH=0 / 64 / 128 / 256 sets it for measurements.
+// How far L2 widens the cp.async tile copies' fetches (DecodeKernelParams::cp_async_l2_bytes):
+// cp_async_l2_fetch_bytes's rule, or PAGEDATTN_CP_ASYNC_L2_PREFETCH=0 / 64 / 128 / 256 for
+// measurements.
 int cp_async_l2_bytes(const detail::AttentionProblem& p, GridFill fill) {
   if (auto forced = detail::env_int("PAGEDATTN_CP_ASYNC_L2_PREFETCH", 0, 256)) return *forced;
-  const bool mid_grid = fill.ctas >= 3 * fill.sms && fill.ctas <= 8 * fill.sms;
-  return p.head_dim > 64 && p.head_dim <= 128 && mid_grid ? 128 : 256;
+  return cp_async_l2_fetch_bytes(p.head_dim, fill.ctas, fill.sms);
 }
 
 // Two tiles per softmax step for the TMA kernel (its four stages' shared memory fits three

@@ -1,5 +1,5 @@
-// Internal: the CUDA decode's split-K planner as arithmetic on host-side numbers (no device
-// query, no CUDA header), so that its rules are tested without a GPU (tests/cpu/
+// Internal: the CUDA decode's split-K planner and grid rules as arithmetic on host-side numbers
+// (no device query, no CUDA header), so that its rules are tested without a GPU (tests/cpu/
 // test_decode_split_plan.cpp). plan_decode (decode.cu) gathers the numbers and asks the device
 // the questions this cannot answer (SM count, whether the Hopper TMA kernel runs).
 #pragma once
@@ -85,6 +85,17 @@ inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per
   share = std::max(share, kMinPartitionTokens);
   const std::int64_t parts = whole_merge_blocks(std::max<std::int64_t>(1, (s.max_len + share - 1) / share));
   return whole_pages((s.max_len + parts - 1) / parts, s.page_size);
+}
+
+// How far L2 widens the cp.async tile copies' fetches (128 or 256 bytes) for a grid of `ctas`
+// CTAs. On an H200 (docs/perf-notes.md, v48), the 128-dim kernel's grids of about one to two
+// waves (3 to 8 CTAs per SM; four fit) read 4-10% faster with 128 bytes than with 256 (fp8 in
+// every layout, group sizes 2 and 4; bf16 pages of 1 and 8), while grids under one wave and the
+// 4-wave ones read 5-7% faster with 256, as did head_dim 64 and 256. Measured, not derived: MHA
+// 768 CTAs and GQA 3072 CTAs were 1% from the rule.
+inline int cp_async_l2_fetch_bytes(std::int64_t head_dim, std::int64_t ctas, std::int64_t sms) {
+  const bool one_to_two_waves = ctas >= 3 * sms && ctas <= 8 * sms;
+  return head_dim > 64 && head_dim <= 128 && one_to_two_waves ? 128 : 256;
 }
 
 }  // namespace pagedattn::cuda

@@ -83,5 +83,17 @@ TEST(DecodeSplitPlan, WholePagesAtLeastOne) {
   EXPECT_EQ(whole_pages(32768, 3), 32769);
 }
 
+TEST(DecodeSplitPlan, CpAsyncFetchesWidenTo128BytesOnOneToTwoWaveGrids) {
+  // The H200's grids of v48 (132 SMs): GQA d-b64 (512 CTAs), b128 x 2048 and group 2 (1024)
+  // read faster with 128 bytes; b48 x 2048 (384), d-b32-16k (256) and d-b256 (2048) with 256.
+  for (std::int64_t ctas : {512, 1024, 396, 1056}) EXPECT_EQ(cp_async_l2_fetch_bytes(128, ctas, 132), 128) << ctas;
+  for (std::int64_t ctas : {384, 256, 2048, 395, 1057}) EXPECT_EQ(cp_async_l2_fetch_bytes(128, ctas, 132), 256) << ctas;
+  // Only the 128-dim kernel (head_dim 72 to 128): 64 and 256 kept 256 bytes on the same grid.
+  EXPECT_EQ(cp_async_l2_fetch_bytes(72, 512, 132), 128);
+  EXPECT_EQ(cp_async_l2_fetch_bytes(64, 512, 132), 256);
+  EXPECT_EQ(cp_async_l2_fetch_bytes(256, 512, 132), 256);
+  EXPECT_EQ(cp_async_l2_fetch_bytes(136, 512, 132), 256);
+}
+
 }  // namespace
 }  // namespace pagedattn::cuda
