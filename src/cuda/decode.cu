@@ -1,5 +1,6 @@
 // Paged decode on CUDA: the host-side split planner, the launch, and the split merge.
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -140,6 +141,17 @@ GridFill grid_fill(dim3 grid, int device) {
 int cp_async_l2_bytes(const detail::AttentionProblem& p, GridFill fill) {
   if (auto forced = detail::env_int("PAGEDATTN_CP_ASYNC_L2_PREFETCH", 0, 256)) return *forced;
   return cp_async_l2_fetch_bytes(p.head_dim, fill.ctas, fill.sms);
+}
+
+// With PAGEDATTN_DECODE_REPORT=1, a decode launch prints what it runs to stderr (kernel, its
+// shape choices, grid, splits) whenever that differs from the thread's previous report, so that
+// a measurement says which path each case took without a profiler.
+bool decode_report_on() { return detail::env_switch("PAGEDATTN_DECODE_REPORT", false); }
+void report_decode_launch(const std::string& what) {
+  thread_local std::string last;
+  if (what == last) return;
+  last = what;
+  std::fprintf(stderr, "pagedattn decode: %s\n", what.c_str());
 }
 
 // Two tiles per softmax step for the TMA kernel (its four stages' shared memory fits three
@@ -408,6 +420,8 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
   prm.cp_async_l2_bytes = cp_async_l2_bytes(p, grid_fill(grid, device));
   const int lanes = choice.lanes, g_tile = choice.g_tile;
+  const bool report = decode_report_on();
+  std::string kernel;  // for the report
   if (use_tma_tiles(p, plan, choice, device, &prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
@@ -416,12 +430,22 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     const std::int64_t key_bytes = 2 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
     prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide, key_bytes, device);
     const bool rows = choice.key_rows;
+    if (report) {
+      kernel = std::string("tensor-core TMA") + (rows ? ", key rows" : ", head rows") +
+               (pairs ? ", 2-tile steps" : ", 1-tile steps") + (wide ? ", 4 warps" : ", 2 warps") +
+               ", entry prefetch " + std::to_string(prm.entry_prefetch_tiles) +
+               (prm.tma_whole_rows ? ", whole-row boxes" : ", 64-dim boxes");
+    }
     if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
     else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
 #endif
   } else if (choice.mma) {
     const int d = static_cast<int>(p.head_dim);
     const bool rows = choice.key_rows;
+    if (report) {
+      kernel = std::string("tensor-core cp.async") + (rows ? ", key rows" : ", head rows") +
+               (choice.vt ? ", V transposed" : "") + ", L2 fetch " + std::to_string(prm.cp_async_l2_bytes) + " B";
+    }
     switch (p.kv.dtype) {
       case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, d, false, false, rows, grid, stream); break;
       case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, d, false, false, rows, grid, stream); break;
@@ -430,11 +454,26 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     }
   } else {
     launch_cuda_core(prm, lanes, g_tile, grid, stream);
+    if (report) {
+      kernel = "CUDA-core, " + std::to_string(lanes) + " lanes per row, " + std::to_string(g_tile) + "-head tiles" +
+               (choice.vec ? ", pipelined" : ", element loads");
+    }
   }
   check_launch("paged_decode_kernel", stream);
+  // Few splits: a warp per row (PAGEDATTN_DECODE_ROW_MERGE=0 keeps a CTA per row, for tests).
+  const bool row_merge = plan.max_splits <= kRowMergeSplits && !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
+  if (report) {
+    const GridFill fill = grid_fill(grid, device);
+    report_decode_launch(kernel + "; grid " + std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " +
+                         std::to_string(grid.z) + " = " + std::to_string(fill.ctas) + " CTAs on " +
+                         std::to_string(fill.sms) + " SMs; " +
+                         (plan.max_splits > 1 ? std::to_string(plan.max_splits) + " splits of " +
+                                                    std::to_string(plan.partition_tokens) + " keys, " +
+                                                    (row_merge ? "warp-per-row merge" : "CTA-per-row merge")
+                                              : std::string("one pass")) +
+                         (plan.balance_warps ? "; warps balance tiles" : ""));
+  }
   if (plan.max_splits > 1) {
-    // Few splits: a warp per row (PAGEDATTN_DECODE_ROW_MERGE=0 keeps a CTA per row, for tests).
-    const bool row_merge = plan.max_splits <= kRowMergeSplits && !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
     // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
     // waits in wait_for_primary_grid() until its partial states are written.
     const std::int64_t rows = p.num_seqs * p.num_q_heads;
