@@ -147,6 +147,14 @@ int cp_async_l2_bytes(const detail::AttentionProblem& p, GridFill fill) {
 // shape choices, grid, splits) whenever that differs from the thread's previous report, so that
 // a measurement says which path each case took without a profiler.
 bool decode_report_on() { return detail::env_switch("PAGEDATTN_DECODE_REPORT", false); }
+std::string grid_summary(dim3 grid, GridFill fill, const DecodePlan& plan, bool row_merge) {
+  std::string s = "grid " + std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " + std::to_string(grid.z) +
+                  " = " + std::to_string(fill.ctas) + " CTAs on " + std::to_string(fill.sms) + " SMs; ";
+  s += plan.max_splits > 1 ? std::to_string(plan.max_splits) + " splits of " + std::to_string(plan.partition_tokens) +
+                                 " keys, " + (row_merge ? "warp-per-row merge" : "CTA-per-row merge")
+                           : std::string("one pass");
+  return plan.balance_warps ? s + "; warps balance tiles" : s;
+}
 void report_decode_launch(const std::string& what) {
   thread_local std::string last;
   if (what == last) return;
@@ -462,17 +470,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   check_launch("paged_decode_kernel", stream);
   // Few splits: a warp per row (PAGEDATTN_DECODE_ROW_MERGE=0 keeps a CTA per row, for tests).
   const bool row_merge = plan.max_splits <= kRowMergeSplits && !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
-  if (report) {
-    const GridFill fill = grid_fill(grid, device);
-    report_decode_launch(kernel + "; grid " + std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " +
-                         std::to_string(grid.z) + " = " + std::to_string(fill.ctas) + " CTAs on " +
-                         std::to_string(fill.sms) + " SMs; " +
-                         (plan.max_splits > 1 ? std::to_string(plan.max_splits) + " splits of " +
-                                                    std::to_string(plan.partition_tokens) + " keys, " +
-                                                    (row_merge ? "warp-per-row merge" : "CTA-per-row merge")
-                                              : std::string("one pass")) +
-                         (plan.balance_warps ? "; warps balance tiles" : ""));
-  }
+  if (report) report_decode_launch(kernel + "; " + grid_summary(grid, grid_fill(grid, device), plan, row_merge));
   if (plan.max_splits > 1) {
     // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
     // waits in wait_for_primary_grid() until its partial states are written.
