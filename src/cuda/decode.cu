@@ -426,14 +426,14 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     prm.part_lse = prm.part_o + p.num_seqs * plan.max_splits * p.num_q_heads * p.head_dim;
   }
   const dim3 grid = decode_grid(plan.max_splits, p.num_kv_heads * prm.head_tiles, p.num_seqs);
-  prm.cp_async_l2_bytes = cp_async_l2_bytes(p, grid_fill(grid, device));
+  const GridFill fill = grid_fill(grid, device);
+  prm.cp_async_l2_bytes = cp_async_l2_bytes(p, fill);
   const int lanes = choice.lanes, g_tile = choice.g_tile;
   const bool report = decode_report_on();
   std::string kernel;  // for the report
   if (use_tma_tiles(p, plan, choice, device, &prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    const GridFill fill = grid_fill(grid, device);
     const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
     const std::int64_t key_bytes = 2 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
     prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide, key_bytes, device);
@@ -469,8 +469,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   }
   check_launch("paged_decode_kernel", stream);
   // Few splits: a warp per row (PAGEDATTN_DECODE_ROW_MERGE=0 keeps a CTA per row, for tests).
-  const bool row_merge = plan.max_splits <= kRowMergeSplits && !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
-  if (report) report_decode_launch(kernel + "; " + grid_summary(grid, grid_fill(grid, device), plan, row_merge));
+  const bool row_merge = plan.max_splits > 1 && plan.max_splits <= kRowMergeSplits &&
+                         !detail::env_switched_off("PAGEDATTN_DECODE_ROW_MERGE");
+  if (report) report_decode_launch(kernel + "; " + grid_summary(grid, fill, plan, row_merge));
   if (plan.max_splits > 1) {
     // Programmatic dependent launch: the merge grid is set up while the decode grid drains and
     // waits in wait_for_primary_grid() until its partial states are written.
