@@ -92,6 +92,8 @@ struct CudaDecodeBenchConfig {
 // GQA 32/8 and MHA 32/32 on d-long1, d-mid16, d-b64, d-b256, d-b32-16k, d-ragged (bf16, page
 // 16), then fp8 e4m3/e5m2 KV and page sizes 1, 32, 128 on d-b64 GQA.
 std::vector<CudaDecodeShape> standard_cuda_decode_shapes();
+// `count` lengths uniform in [1, max_len] from `seed` (d-ragged: 128, 8192, seed 2024).
+std::vector<std::int64_t> ragged_lengths(std::int64_t count, std::int64_t max_len, std::uint64_t seed);
 // Device-to-device copy of 2 GiB: (bytes read + bytes written) / time, GB/s.
 double measure_cuda_copy_gbps(int device);
 std::string cuda_device_name(int device);

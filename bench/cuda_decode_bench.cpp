@@ -57,12 +57,17 @@ double measure_cuda_copy_gbps(int device) {
   return median(gbps);
 }
 
+std::vector<std::int64_t> ragged_lengths(std::int64_t count, std::int64_t max_len, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> length(1, max_len);
+  std::vector<std::int64_t> lens(static_cast<std::size_t>(count));
+  for (auto& l : lens) l = length(rng);
+  return lens;
+}
+
 std::vector<CudaDecodeShape> standard_cuda_decode_shapes() {
   std::vector<CudaDecodeShape> out;
-  std::mt19937_64 rng(2024);
-  std::uniform_int_distribution<std::int64_t> ragged(1, 8192);
-  std::vector<std::int64_t> ragged_lens(128);
-  for (auto& l : ragged_lens) l = ragged(rng);
+  const std::vector<std::int64_t> ragged_lens = ragged_lengths(128, 8192, 2024);
   const std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes = {
       {"d-long1", std::vector<std::int64_t>(1, 32768)},    {"d-mid16", std::vector<std::int64_t>(16, 4096)},
       {"d-b64", std::vector<std::int64_t>(64, 2048)},      {"d-b256", std::vector<std::int64_t>(256, 1024)},

@@ -38,6 +38,7 @@ struct BenchOptions {
   std::string q_dtype = "bf16";
   std::int64_t seq_len = 2048;
   bool standard_shapes = false;  // GPU: the BENCHMARKS.md decode table instead of one shape
+  bool ragged = false;           // GPU decode: lengths uniform in [1, seq_len] instead of seq_len
   // prefill
   std::string dtype = "bf16";
   std::string kv_dtype;  // empty: dtype
@@ -153,8 +154,10 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   } else {
     for (const std::string& d : o.kv_dtypes) {
       bench::CudaDecodeShape shape;
-      shape.name = fmt::format("b{}x{}", o.batch > 0 ? o.batch : 16, o.seq_len);
-      shape.lens.assign(static_cast<std::size_t>(o.batch > 0 ? o.batch : 16), o.seq_len);
+      const std::int64_t batch = o.batch > 0 ? o.batch : 16;
+      shape.name = fmt::format("b{}x{}{}", batch, o.ragged ? "r" : "", o.seq_len);
+      shape.lens = o.ragged ? bench::ragged_lengths(batch, o.seq_len, o.seed)
+                            : std::vector<std::int64_t>(static_cast<std::size_t>(batch), o.seq_len);
       apply_shape_options(o, shape);
       shape.kv_dtype = parse_dtype(d);
       shape.partition_size = o.partition_size;
@@ -235,6 +238,7 @@ int run_decode(const BenchOptions& o) {
   require_cpu(o);  // first: with --device cuda in a CPU-only build, that is the error to report
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
   check_arg(o.partition_size == 0, "--partition-size: only with --device cuda");
+  check_arg(!o.ragged, "--ragged: only with --device cuda");
   check_arg(o.launch == "graph", "--launch: only with --device cuda");
   check_arg(!o.nondeterministic, "--nondeterministic: only with --device cuda");
   bench::DecodeBenchConfig c;
@@ -318,6 +322,9 @@ void add_bench_command(CLI::App& app, Action& action) {
                                      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str());
   decode_shape.options.push_back(decode->add_option("--seq-len", d->seq_len, "Tokens of KV per sequence")
                                      ->check(CLI::Range(1, 1 << 24))->capture_default_str());
+  decode_shape.options.push_back(decode->add_flag("--ragged", d->ragged,
+                                                  "GPU only: lengths uniform in [1, --seq-len] (drawn with --seed) "
+                                                  "instead of --seq-len each, as d-ragged's"));
   decode_shape.excluded_by(decode->add_flag("--standard-shapes", d->standard_shapes,
                                             "GPU only: run the whole decode table of BENCHMARKS.md (in --layout, at --head-dim)"));
   decode->add_option("--partition-size", d->partition_size,

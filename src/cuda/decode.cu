@@ -81,9 +81,9 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   // Groups below 4 leave most of the tensor-core tiles' rows idle, but for an fp8 cache the
   // CUDA-core kernel's per-element widening costs more than the idle rows: H200, MHA fp8 1.4-1.7x
   // and group-2 fp8 3.7x faster on the tensor-core kernel (docs/perf-notes.md, v48).
-  // PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never (the default until the fp8 small-group cases of
-  // test_decode_cuda have run on a GPU), 1 = fp8 caches, 2 = any dtype the TMA kernel does not take.
-  const int small_groups = detail::env_int("PAGEDATTN_DECODE_SMALL_GROUP_MMA", 0, 2).value_or(0);
+  // PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never, 1 = fp8 caches (the default), 2 = any dtype the
+  // TMA kernel does not take (16-bit MHA with 1-token pages was 3% slower there).
+  const int small_groups = detail::env_int("PAGEDATTN_DECODE_SMALL_GROUP_MMA", 0, 2).value_or(1);
   c.mma = c.mma_able && (group >= 4 || c.vt || small_groups == 2 || (small_groups == 1 && is_fp8(kv)));
   // Groups of at most 8 heads fill the transposed products' 8 columns (the untransposed ones'
   // 16 rows would be half empty or less). PAGEDATTN_DECODE_KEY_ROWS=0 turns them off.
@@ -103,13 +103,25 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 // MHA d80 64 x 2048 / 16 x 4096 / 1 x 32768: 500 / 278-290 / 205 us against 580 / 415-431 / 172;
 // d96 on par; d192 TMA faster; v29). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0
 // turns it off. With prm null, only says whether it applies (the planner's question).
-bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice, int device,
-                   DecodeKernelParams* prm) {
+// tma_tiles_may_apply: the same without encoding the maps (which rows they can describe), for a
+// planner rule that needs no more than which kernel the call most likely takes.
+bool tma_tiles_may_apply(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice,
+                         int device) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
   if (!choice.mma_able || choice.vt || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
   if (!choice.mma && p.head_dim < 128 && p.head_dim != 64) return false;
-  if (!is_sm90(device)) return false;
+  return is_sm90(device);
+#else
+  (void)p, (void)plan, (void)choice, (void)device;
+  return false;
+#endif
+}
+
+bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice, int device,
+                   DecodeKernelParams* prm) {
+#if defined(PAGEDATTN_WITH_SM90A)
+  if (!tma_tiles_may_apply(p, plan, choice, device)) return false;
   KVPageBoxes boxes;
   const bool whole_rows =
       !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
@@ -366,6 +378,9 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   const std::int64_t max_len = shape.max_len;
   DecodePlan plan;
   plan.tma_tiles = tma_tiles;
+  // The 256-dim cp.async kernel is left to the two-per-SM plans: aiming at four per SM made it
+  // 5-12% slower (H200 fp8 1 x 32768 / 16 x 4096, docs/perf-notes.md v49).
+  shape.cp_async_tiles = choice.mma && p.head_dim <= 128 && !tma_tiles_may_apply(p, plan, choice, device);
   plan.ragged = shape.ragged();
   plan.balance_warps = detail::env_switch("PAGEDATTN_DECODE_WARP_BALANCE", !options.deterministic);
   if (options.variant == DecodeVariant::kOnePass) {

@@ -26,6 +26,8 @@ expect_usage_error "not a share in [0, 1]" demo --fork-share nan
 expect_usage_error "at most 65535 query heads" demo --heads 9223372036854775807/1
 expect_usage_error "--launch: only with --device cuda" bench decode --launch calls
 expect_usage_error "--nondeterministic: only with --device cuda" bench decode --nondeterministic
+expect_usage_error "--ragged: only with --device cuda" bench decode --ragged
+expect_usage_error "excludes" bench decode --device cuda --standard-shapes --ragged
 expect_usage_error "eager not in {graph,calls}" bench decode --device cuda --launch eager
 # An --out that cannot be written is reported before the benchmark runs (it would print records).
 out="$(timeout 60 "$prog" bench decode --seq-len 16 --batch 1 --iters 1 --warmup 0 --json --out "$tmp/missing/x.json" 2>/dev/null)"

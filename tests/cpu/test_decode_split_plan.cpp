@@ -19,6 +19,15 @@ SplitShape uniform(std::int64_t seqs, std::int64_t len, std::int64_t kv_heads, b
   s.sms = kH100Sms;
   s.page_size = 16;
   s.fp8_cache = fp8;
+  s.cp_async_tiles = fp8;  // fp8 caches run on the cp.async tensor-core kernel
+  return s;
+}
+
+// The same on the cp.async kernel with a 16-bit cache (pages off multiples of 16).
+SplitShape cp_async_16bit(std::int64_t seqs, std::int64_t len, std::int64_t kv_heads, std::int64_t page_size) {
+  SplitShape s = uniform(seqs, len, kv_heads);
+  s.cp_async_tiles = true;
+  s.page_size = page_size;
   return s;
 }
 
@@ -58,10 +67,42 @@ TEST(DecodeSplitPlan, FullWavesOfUnitsAreNotSplit) {
   // GQA d-mid16: 128 units on 132 SMs, unsplit (a 16-bit cache).
   EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8), false), 4096);
   EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8), true), 4096);
-  // ... but an fp8 cache splits it in two (its two-warp CTAs alone on an SM stream too slowly).
-  EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8, true), false), 2048);
+  // ... but an fp8 cache splits it, aiming at four CTAs per SM (its cp.async CTAs alone on an SM
+  // stream too slowly): 4 parts, 512 CTAs.
+  EXPECT_EQ(split_partition_tokens(uniform(16, 4096, 8, true), false), 1024);
   // GQA d-b64: 512 units, more than the wave; its balanced share exceeds every sequence.
   EXPECT_EQ(split_partition_tokens(uniform(64, 2048, 8), false), 2048);
+}
+
+TEST(DecodeSplitPlan, Fp8CachesAimAtFourCtasPerSm) {
+  // GQA 32/8 fp8 d-long1: 64 splits of 512 keys (512 CTAs) where a 16-bit cache takes 32 of 1024.
+  EXPECT_EQ(split_partition_tokens(uniform(1, 32768, 8, true), false), 512);
+  // MHA 32/32 fp8 d-long1: 16 splits of 2048 (512 CTAs).
+  EXPECT_EQ(split_partition_tokens(uniform(1, 32768, 32, true), false), 2048);
+  // d-b32-16k: 256 units, two splits each; d-b64's 512 units are not split.
+  EXPECT_EQ(split_partition_tokens(uniform(32, 16384, 8, true), false), 8192);
+  EXPECT_EQ(split_partition_tokens(uniform(64, 2048, 8, true), false), 2048);
+}
+
+TEST(DecodeSplitPlan, CpAsyncKernelAimsAtFourCtasPerSmAndSplitsFullWaves) {
+  // bf16 in 1-token pages, 1 x 32768: 64 splits of 512 keys.
+  EXPECT_EQ(split_partition_tokens(cp_async_16bit(1, 32768, 8, 1), false), 512);
+  // bf16 in 8-token pages, 16 x 4096 (128 units on 132 SMs): 4 splits of 1024, not unsplit.
+  EXPECT_EQ(split_partition_tokens(cp_async_16bit(16, 4096, 8, 8), false), 1024);
+  // d-b64 in 1-token pages: 512 units, about one wave at four per SM, not split.
+  EXPECT_EQ(split_partition_tokens(cp_async_16bit(64, 2048, 8, 1), false), 2048);
+}
+
+TEST(DecodeSplitPlan, RaggedBatchesOnTheCpAsyncKernelBalanceOverFourWaves) {
+  // 128 sequences averaging 4096 keys, the longest 8192 (d-ragged's kind), 8 KV heads.
+  SplitShape ragged = uniform(128, 8192, 8, true);
+  ragged.total = 128 * 4096;
+  ASSERT_TRUE(ragged.ragged());
+  // Balanced share 128 x 4096 x 8 / (4 x 528) = 1986 keys: the longest in 5 parts of 1648.
+  EXPECT_EQ(split_partition_tokens(ragged, false), 1648);
+  // On the TMA kernel (16-bit, one wave of two per SM): a share of 15888 keys, nothing split.
+  ragged.fp8_cache = ragged.cp_async_tiles = false;
+  EXPECT_EQ(split_partition_tokens(ragged, false), 8192);
 }
 
 TEST(DecodeSplitPlan, PartsPastOneMergeBlockAreWholeBlocks) {
