@@ -72,7 +72,8 @@ struct CudaDecodeShape {
   std::string name;               // BENCHMARKS.md name, e.g. "d-b64"
   std::vector<std::int64_t> lens; // KV tokens per sequence
   std::int64_t num_q_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
-  DType kv_dtype = DType::kBF16;  // q and output are bf16
+  DType kv_dtype = DType::kBF16;
+  DType q_dtype = DType::kBF16;   // q's and the output's
   KVLayout layout = KVLayout::kNHD;
   DecodeVariant variant = DecodeVariant::kAuto;
   int partition_size = 0;         // 0: the planner's choice

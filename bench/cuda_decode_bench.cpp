@@ -141,13 +141,13 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     const PageTable dev_table = BlockTable{
         TensorView(table.ptr, DType::kI32, {S, max_pages}, Device::cuda(config.device)),
         TensorView(lens.ptr, DType::kI32, {S}, Device::cuda(config.device))};
-    const std::size_t q_bytes = static_cast<std::size_t>(S * Hq * D) * 2;
+    const std::size_t q_bytes = static_cast<std::size_t>(S * Hq * D) * dtype_size(shape.q_dtype);
     Gpu q(q_bytes), out(q_bytes), workspace(std::size_t{256} << 20);
-    fill_random(q.ptr, q_bytes, DType::kBF16, 3);
+    fill_random(q.ptr, q_bytes, shape.q_dtype, 3);
     Context ctx{Device::cuda(config.device), stream};
     ctx.workspace = {static_cast<std::byte*>(workspace.ptr), std::size_t{256} << 20};
-    const TensorView q_view(q.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
-    const TensorView out_view(out.ptr, DType::kBF16, {S, Hq, D}, Device::cuda(config.device));
+    const TensorView q_view(q.ptr, shape.q_dtype, {S, Hq, D}, Device::cuda(config.device));
+    const TensorView out_view(out.ptr, shape.q_dtype, {S, Hq, D}, Device::cuda(config.device));
     DecodeOptions options{shape.variant, shape.partition_size, &host_table};
     options.deterministic = config.deterministic;
 
@@ -159,7 +159,7 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     const double bytes = kv_bytes + 2.0 * static_cast<double>(q_bytes);
     const double t_med = median(us), t_min = *std::min_element(us.begin(), us.end());
     std::string lens_desc = shape.name + " (" + std::to_string(S) + " seqs, " + std::to_string(tokens) + " tokens)";
-    nlohmann::json r = {{"op", "decode"}, {"backend", "cuda"}, {"device", device}, {"dtype", "bf16"},
+    nlohmann::json r = {{"op", "decode"}, {"backend", "cuda"}, {"device", device}, {"dtype", std::string(to_string(shape.q_dtype))},
                        {"kv_dtype", std::string(to_string(shape.kv_dtype))}, {"layout", std::string(to_string(shape.layout))},
                        {"page_size", P}, {"num_q_heads", Hq}, {"num_kv_heads", Hkv}, {"head_dim", D},
                        {"batch", S}, {"shape", shape.name}, {"seq_lens_desc", lens_desc},

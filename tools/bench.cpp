@@ -160,6 +160,7 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
                             : std::vector<std::int64_t>(static_cast<std::size_t>(batch), o.seq_len);
       apply_shape_options(o, shape);
       shape.kv_dtype = parse_dtype(d);
+      shape.q_dtype = parse_dtype(o.q_dtype);
       shape.partition_size = o.partition_size;
       c.shapes.push_back(shape);
     }

@@ -79,12 +79,15 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
   c.mma_able = (c.vec || c.vt) && q16 && mma_kv && p.head_dim % 8 == 0 && p.head_dim <= 256 &&
                mma_fits_device(p, c.vt, device);
   // Groups below 4 leave most of the tensor-core tiles' rows idle, but for an fp8 cache the
-  // CUDA-core kernel's per-element widening costs more than the idle rows: H200, MHA fp8 1.4-1.7x
-  // and group-2 fp8 3.7x faster on the tensor-core kernel (docs/perf-notes.md, v48).
-  // PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never, 1 = fp8 caches (the default), 2 = any dtype the
-  // TMA kernel does not take (16-bit MHA with 1-token pages was 3% slower there).
+  // CUDA-core kernel's per-element widening costs more than the idle rows (H200: MHA fp8 1.4-1.7x
+  // and group-2 fp8 3.7x faster on the tensor-core kernel, v48), and at groups 2-3 its 4-head
+  // tiles do twice a group of 2's work (bf16 in 1-token pages, GQA 32/16: 2.3-2.4x faster on
+  // the tensor-core kernel, v49). 16-bit MHA off TMA stays (1-token pages: 3% slower there, v48).
+  // PAGEDATTN_DECODE_SMALL_GROUP_MMA: 0 = never, 1 = fp8 caches and groups 2-3 (the default),
+  // 2 = also 16-bit MHA.
   const int small_groups = detail::env_int("PAGEDATTN_DECODE_SMALL_GROUP_MMA", 0, 2).value_or(1);
-  c.mma = c.mma_able && (group >= 4 || c.vt || small_groups == 2 || (small_groups == 1 && is_fp8(kv)));
+  c.mma = c.mma_able &&
+          (group >= 4 || c.vt || small_groups == 2 || (small_groups == 1 && (is_fp8(kv) || group >= 2)));
   // Groups of at most 8 heads fill the transposed products' 8 columns (the untransposed ones'
   // 16 rows would be half empty or less). PAGEDATTN_DECODE_KEY_ROWS=0 turns them off.
   c.key_rows = c.mma_able && group <= 8 && detail::env_switch("PAGEDATTN_DECODE_KEY_ROWS", true);
@@ -374,13 +377,14 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   shape.per_seq_ctas = p.num_kv_heads * choice.head_tiles;
   shape.sms = static_cast<std::int64_t>(sm_count(device));
   shape.page_size = p.kv.page_size;
-  shape.fp8_cache = is_fp8(p.kv.dtype);
   const std::int64_t max_len = shape.max_len;
   DecodePlan plan;
   plan.tma_tiles = tma_tiles;
   // The 256-dim cp.async kernel is left to the two-per-SM plans: aiming at four per SM made it
   // 5-12% slower (H200 fp8 1 x 32768 / 16 x 4096, docs/perf-notes.md v49).
-  shape.cp_async_tiles = choice.mma && p.head_dim <= 128 && !tma_tiles_may_apply(p, plan, choice, device);
+  shape.kernel = tma_tiles_may_apply(p, plan, choice, device) ? PlannedKernel::kTma
+                 : choice.mma && p.head_dim <= 128          ? PlannedKernel::kCpAsync
+                                                             : PlannedKernel::kOther;
   plan.ragged = shape.ragged();
   plan.balance_warps = detail::env_switch("PAGEDATTN_DECODE_WARP_BALANCE", !options.deterministic);
   if (options.variant == DecodeVariant::kOnePass) {

@@ -14,6 +14,14 @@ constexpr std::int64_t kOneCtaPerSmKeys = 1024;    // the one-CTA-per-SM rule's 
 // Splits the CTA-per-row merge takes per L2 round trip (a block of their rows in registers).
 constexpr int kMergeBlock = 32;
 
+// The decode kernels as the split rules tell them apart.
+enum class PlannedKernel {
+  kTma,      // the tensor-core kernel with TMA tiles (Hopper, 16-bit caches): deep copy pipelines
+  kCpAsync,  // the 64- and 128-dim tensor-core kernel with cp.async tiles: two-warp CTAs keep fewer
+             // bytes in flight, four fit on an SM
+  kOther,    // the CUDA-core kernel, the 256-dim cp.async one
+};
+
 // What the planner reads of a batch and a device.
 struct SplitShape {
   std::int64_t num_seqs = 0;
@@ -21,11 +29,7 @@ struct SplitShape {
   std::int64_t per_seq_ctas = 1;        // CTAs of one split of a sequence: KV heads x head tiles
   std::int64_t sms = 1;
   std::int64_t page_size = 1;
-  bool fp8_cache = false;
-  // The 64- or 128-dim tensor-core kernel that copies its tiles with cp.async (fp8 caches, pages
-  // off multiples of 16, vLLM's layout, off Hopper) rather than TMA: its two-warp CTAs keep fewer
-  // bytes in flight, so it wants more of them on an SM.
-  bool cp_async_tiles = false;
+  PlannedKernel kernel = PlannedKernel::kTma;
 
   // Uneven lengths: sum < 0.9 x batch x longest.
   bool ragged() const { return total * 10 < max_len * num_seqs * 9; }
@@ -70,10 +74,10 @@ inline bool fits_one_cta_per_sm(const SplitShape& s) {
 //   A batch of near-equal lengths whose units already give nearly every SM one CTA is not split:
 // the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132 SMs: unsplit
 // 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5). That holds for 16-bit caches
-// on the TMA kernel, whose one-CTA-per-SM grids take four-warp CTAs; the cp.async kernel's
-// two-warp CTAs alone on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit
-// 93.4 us, two splits 62.5; H200, bf16 in 8-token pages: unsplit 234.8 us, four splits 76.5),
-// and so does the CUDA-core kernel's with fp8, so those batches split as any other.
+// on the TMA kernel, whose one-CTA-per-SM grids take four-warp CTAs; the other kernels' CTAs
+// alone on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit 93.4 us, two
+// splits 62.5; H200, bf16 in 8-token pages: unsplit 234.8 us, four splits 76.5; f32 on the
+// CUDA-core kernel: unsplit 295.9 us, two splits 181.2), so there those batches split as any other.
 //   The cp.async kernel aims for four CTAs per SM (they fit), and a ragged batch's balanced share
 // over four such waves, so that its longest sequences do not trail alone (H200, docs/perf-notes.md
 // v49): 1 x 32768 fp8 e4m3 29.6 us with 512-key splits (64 parts, 512 CTAs) against 37.0 with the
@@ -81,15 +85,16 @@ inline bool fits_one_cta_per_sm(const SplitShape& s) {
 // keys against 62.3 at 2048; d-ragged fp8 315-321 us at 1024-2048 keys against 382.5 at 4096.
 inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per_sm) {
   const std::int64_t units = s.units();
-  const std::int64_t target = one_cta_per_sm ? s.sms : (s.cp_async_tiles ? 4 : 2) * s.sms;
-  const bool splits_full_waves = s.fp8_cache || s.cp_async_tiles;
+  const bool cp_async = s.kernel == PlannedKernel::kCpAsync;
+  const std::int64_t target = one_cta_per_sm ? s.sms : (cp_async ? 4 : 2) * s.sms;
+  const bool splits_full_waves = s.kernel != PlannedKernel::kTma;
   std::int64_t share = 0;
   if (!s.ragged() && units * 10 >= s.sms * 9 && units <= s.sms && !splits_full_waves) {
     share = s.max_len;
   } else if (units < target) {
     share = (s.max_len + target / units - 1) / (target / units);
   } else {
-    const std::int64_t waves = s.cp_async_tiles && s.ragged() ? 4 : 1;
+    const std::int64_t waves = cp_async && s.ragged() ? 4 : 1;
     share = (s.total * s.per_seq_ctas + waves * target - 1) / (waves * target);
   }
   // The longest sequence in equal parts: a short last part would cost a whole CTA start and a

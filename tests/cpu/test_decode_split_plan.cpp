@@ -18,15 +18,15 @@ SplitShape uniform(std::int64_t seqs, std::int64_t len, std::int64_t kv_heads, b
   s.per_seq_ctas = kv_heads;
   s.sms = kH100Sms;
   s.page_size = 16;
-  s.fp8_cache = fp8;
-  s.cp_async_tiles = fp8;  // fp8 caches run on the cp.async tensor-core kernel
+  // 16-bit caches in 16-token pages run on the TMA kernel, fp8 ones on the cp.async kernel.
+  s.kernel = fp8 ? PlannedKernel::kCpAsync : PlannedKernel::kTma;
   return s;
 }
 
 // The same on the cp.async kernel with a 16-bit cache (pages off multiples of 16).
 SplitShape cp_async_16bit(std::int64_t seqs, std::int64_t len, std::int64_t kv_heads, std::int64_t page_size) {
   SplitShape s = uniform(seqs, len, kv_heads);
-  s.cp_async_tiles = true;
+  s.kernel = PlannedKernel::kCpAsync;
   s.page_size = page_size;
   return s;
 }
@@ -101,8 +101,19 @@ TEST(DecodeSplitPlan, RaggedBatchesOnTheCpAsyncKernelBalanceOverFourWaves) {
   // Balanced share 128 x 4096 x 8 / (4 x 528) = 1986 keys: the longest in 5 parts of 1648.
   EXPECT_EQ(split_partition_tokens(ragged, false), 1648);
   // On the TMA kernel (16-bit, one wave of two per SM): a share of 15888 keys, nothing split.
-  ragged.fp8_cache = ragged.cp_async_tiles = false;
+  ragged.kernel = PlannedKernel::kTma;
   EXPECT_EQ(split_partition_tokens(ragged, false), 8192);
+}
+
+TEST(DecodeSplitPlan, OtherKernelsKeepTwoPerSmButSplitFullWaves) {
+  // f32 on the CUDA-core kernel, 16 x 4096 (128 units on 132 SMs): 2 splits of 2048, not unsplit.
+  SplitShape mid16 = uniform(16, 4096, 8);
+  mid16.kernel = PlannedKernel::kOther;
+  EXPECT_EQ(split_partition_tokens(mid16, false), 2048);
+  // 1 x 32768: 32 splits of 1024, as on the TMA kernel.
+  SplitShape long1 = uniform(1, 32768, 8);
+  long1.kernel = PlannedKernel::kOther;
+  EXPECT_EQ(split_partition_tokens(long1, false), 1024);
 }
 
 TEST(DecodeSplitPlan, PartsPastOneMergeBlockAreWholeBlocks) {

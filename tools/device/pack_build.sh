@@ -61,5 +61,9 @@ for lib in "${libs[@]}"; do
   strip --strip-unneeded -o "$stage/$build/carried-libs/$(basename "$lib")" "$lib"
 done
 
-tar -C "$stage" -cJf "$archive" "$build"
+# Written beside the archive and moved over it once whole and verified: an archive left half
+# written (or damaged on disk) once reached a GPU machine, which spent its call unpacking it.
+tar -C "$stage" -cJf "$archive.partial" "$build"
+xz -t "$archive.partial" || { echo "the packed archive failed its check: $archive.partial" >&2; exit 1; }
+mv "$archive.partial" "$archive"
 echo "$archive: $(du -h "$archive" | cut -f1) (${#binaries[@]} programs, libraries: ${libs[*]##*/})"
