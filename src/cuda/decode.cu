@@ -99,8 +99,9 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 
 // The tensor-core kernel's Hopper variant: K/V tiles as TMA boxes of 16 slots, so pages must
 // hold whole tiles, and the cache must be q's 16-bit dtype in rows the driver can describe.
-// Any group size: below 4 (MHA) the 16-row tiles waste tensor-core work, but the TMA stream is
-// still faster than the CUDA-core kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape,
+// Any group size: for MHA (the one group choose_kernel leaves off the tensor cores for a 16-bit
+// cache) the tiles waste tensor-core work, but the TMA stream is still faster than the CUDA-core
+// kernel's (H100, MHA 32/32: 0.6-1.7% on every decode shape,
 // docs/perf-notes.md v19), except below head_dim 128 where the kernel runs zero-padded: it
 // issues d128's work per tile for fewer bytes, and the CUDA-core kernel is faster there (H100
 // MHA d80 64 x 2048 / 16 x 4096 / 1 x 32768: 500 / 278-290 / 205 us against 580 / 415-431 / 172;
