@@ -64,10 +64,10 @@ std::string text(const nlohmann::json& r, const char* key) {
 
 void print_table(const std::vector<nlohmann::json>& records) {
   const bool tflops = !records.empty() && records.front().contains("achieved_tflops");
-  Table table({"op", "variant", "kv", "layout", "ps", "heads", "d", "batch", "lens", "median us", "min us",
+  Table table({"op", "variant", "q", "kv", "layout", "ps", "heads", "d", "batch", "lens", "median us", "min us",
                tflops ? "TFLOP/s" : "GB/s", "ceiling", "ratio"});
   for (const nlohmann::json& r : records) {
-    table.add_row({text(r, "op"), text(r, "variant"), text(r, "kv_dtype"), text(r, "layout"), text(r, "page_size"),
+    table.add_row({text(r, "op"), text(r, "variant"), text(r, "dtype"), text(r, "kv_dtype"), text(r, "layout"), text(r, "page_size"),
                    fmt::format("{}/{}", text(r, "num_q_heads"), text(r, "num_kv_heads")),
                    text(r, "head_dim"), text(r, "batch"), text(r, "seq_lens_desc"),
                    number(r, "time_us_median", "{:.1f}"), number(r, "time_us_min", "{:.1f}"),
@@ -75,7 +75,7 @@ void print_table(const std::vector<nlohmann::json>& records) {
                    tflops ? number(r, "ceiling_tflops", "{:.3f}") : number(r, "ceiling_gbps", "{:.2f}"),
                    number(r, "ratio_to_ceiling", "{:.2f}")});
   }
-  table.print(stdout, {0, 1, 2, 3, 8});
+  table.print(stdout, {0, 1, 2, 3, 4, 9});
 }
 
 // --out's file, opened before a benchmark runs: a path that cannot be written is reported
@@ -324,8 +324,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   decode_shape.options.push_back(decode->add_option("--seq-len", d->seq_len, "Tokens of KV per sequence")
                                      ->check(CLI::Range(1, 1 << 24))->capture_default_str());
   decode_shape.options.push_back(decode->add_flag("--ragged", d->ragged,
-                                                  "GPU only: lengths uniform in [1, --seq-len] (drawn with --seed) "
-                                                  "instead of --seq-len each, as d-ragged's"));
+                                                  "GPU only: lengths uniform in [1, --seq-len] drawn with --seed instead "
+                                                  "of --seq-len each (d-ragged's: --batch 128 --seq-len 8192 --seed 2024)"));
   decode_shape.excluded_by(decode->add_flag("--standard-shapes", d->standard_shapes,
                                             "GPU only: run the whole decode table of BENCHMARKS.md (in --layout, at --head-dim)"));
   decode->add_option("--partition-size", d->partition_size,

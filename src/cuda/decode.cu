@@ -25,7 +25,7 @@ constexpr std::int64_t kWideCtaTokens = 6144;
 // Which kernel runs a problem; the planner and the launch both use this one choice.
 struct KernelChoice {
   bool mma_able = false;   // the tensor-core kernel could run it (dtypes, rows, head_dim)
-  bool mma = false;        // ... and takes it on every GPU: group sizes >= 4, any with vt
+  bool mma = false;        // ... and takes it on every GPU: groups >= 2 (fp8: any), any with vt
   bool vec = false;        // K and V rows load as aligned 8-element vectors
   bool vt = false;         // ... or K's do and V is transposed in 16-byte runs of slots (vLLM's split layout)
   int lanes = 16;          // CUDA-core kernel: lanes per row (head_dim up to 8 * lanes)
@@ -105,10 +105,10 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 // docs/perf-notes.md v19), except below head_dim 128 where the kernel runs zero-padded: it
 // issues d128's work per tile for fewer bytes, and the CUDA-core kernel is faster there (H100
 // MHA d80 64 x 2048 / 16 x 4096 / 1 x 32768: 500 / 278-290 / 205 us against 580 / 415-431 / 172;
-// d96 on par; d192 TMA faster; v29). Fills prm's maps when it applies. PAGEDATTN_DECODE_TMA=0
-// turns it off. With prm null, only says whether it applies (the planner's question).
-// tma_tiles_may_apply: the same without encoding the maps (which rows they can describe), for a
-// planner rule that needs no more than which kernel the call most likely takes.
+// d96 on par; d192 TMA faster; v29). PAGEDATTN_DECODE_TMA=0 turns it off.
+// tma_tiles_may_apply: every condition but whether the driver can describe the rows (which
+// use_tma_tiles then asks by encoding the maps), for planner rules that need no more than which
+// kernel the call almost surely takes (an encoding that fails leaves it a TMA plan).
 bool tma_tiles_may_apply(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice,
                          int device) {
 #if defined(PAGEDATTN_WITH_SM90A)
@@ -122,6 +122,8 @@ bool tma_tiles_may_apply(const detail::AttentionProblem& p, const DecodePlan& pl
 #endif
 }
 
+// Whether the TMA variant runs the call; fills prm's maps when it does. With prm null, only
+// says whether it applies (the one-CTA-per-SM rule's question).
 bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, const KernelChoice& choice, int device,
                    DecodeKernelParams* prm) {
 #if defined(PAGEDATTN_WITH_SM90A)

@@ -65,12 +65,13 @@ inline bool fits_one_cta_per_sm(const SplitShape& s) {
 
 // Keys per split of the planner's choice (a multiple of the page size; at least the longest
 // sequence when nothing is split). `one_cta_per_sm`: aim at one CTA per SM (fits_one_cta_per_sm
-// and the kernel has four-warp CTAs), else two.
+// and the kernel has four-warp CTAs), else two (four on the cp.async kernel, below).
 //   Aim for one full wave of target CTAs. A batch with fewer units than that splits every
-// sequence into the same number of equal parts, so the wave stays whole; a larger batch only
-// splits sequences longer than a balanced share of all keys. Two CTAs per SM: longer splits,
-// fewer merges. (The TMA kernel's two-warp GQA CTAs fit four per SM; aiming for four made
-// d-long1 and d-ragged slower there: shorter splits.)
+// sequence into the same number of equal parts, so the wave stays whole; a larger batch (on the
+// cp.async kernel also a ragged one of more than half the target's units) only splits sequences
+// longer than a balanced share of all keys. Two CTAs per SM: longer splits, fewer merges. (The TMA kernel's
+// two-warp GQA CTAs fit four per SM; aiming for four made d-long1 and d-ragged slower there:
+// shorter splits.)
 //   A batch of near-equal lengths whose units already give nearly every SM one CTA is not split:
 // the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132 SMs: unsplit
 // 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5). That holds for 16-bit caches
@@ -91,7 +92,9 @@ inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per
   std::int64_t share = 0;
   if (!s.ragged() && units * 10 >= s.sms * 9 && units <= s.sms && !splits_full_waves) {
     share = s.max_len;
-  } else if (units < target) {
+  } else if (units < target && !(cp_async && s.ragged() && units * 2 > target)) {
+    // (On the cp.async kernel, a ragged batch of one part per unit would leave its longest
+    // sequences trailing: it takes the balanced share over four waves below.)
     share = (s.max_len + target / units - 1) / (target / units);
   } else {
     const std::int64_t waves = cp_async && s.ragged() ? 4 : 1;

@@ -103,6 +103,13 @@ TEST(DecodeSplitPlan, RaggedBatchesOnTheCpAsyncKernelBalanceOverFourWaves) {
   // On the TMA kernel (16-bit, one wave of two per SM): a share of 15888 keys, nothing split.
   ragged.kernel = PlannedKernel::kTma;
   EXPECT_EQ(split_partition_tokens(ragged, false), 8192);
+  // Half as many sequences: 512 units, fewer than four per SM but more than half of them, are
+  // still balanced over four waves (64 x 4096 x 8 / 2112 = 993 keys: 9 parts of 911, 912 in
+  // whole pages), not left one part per unit with the longest sequences trailing.
+  SplitShape half = uniform(64, 8192, 8, true);
+  half.total = 64 * 4096;
+  ASSERT_TRUE(half.ragged());
+  EXPECT_EQ(split_partition_tokens(half, false), 912);
 }
 
 TEST(DecodeSplitPlan, OtherKernelsKeepTwoPerSmButSplitFullWaves) {

@@ -63,7 +63,10 @@ done
 
 # Written beside the archive and moved over it once whole and verified: an archive left half
 # written (or damaged on disk) once reached a GPU machine, which spent its call unpacking it.
-tar -C "$stage" -cJf "$archive.partial" "$build"
-xz -t "$archive.partial" || { echo "the packed archive failed its check: $archive.partial" >&2; exit 1; }
+if ! tar -C "$stage" -cJf "$archive.partial" "$build" || ! xz -t "$archive.partial"; then
+  rm -f "$archive.partial"
+  echo "packing $archive failed (the archive there, if any, is the old one)" >&2
+  exit 1
+fi
 mv "$archive.partial" "$archive"
 echo "$archive: $(du -h "$archive" | cut -f1) (${#binaries[@]} programs, libraries: ${libs[*]##*/})"
