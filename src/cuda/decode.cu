@@ -398,8 +398,9 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
     // One four-warp CTA per SM beats two two-warp ones only when the warps balance their tiles;
     // with the fixed interleave it is 0.2-0.5% slower (docs/perf-notes.md, v44).
     // PAGEDATTN_DECODE_ONE_CTA_PER_SM=0 keeps two two-warp CTAs per SM. (The tensor maps are
-    // encoded only for a batch the rule would take.)
-    const bool one_cta_per_sm = plan.balance_warps && fits_one_cta_per_sm(shape) &&
+    // encoded only for a batch the rule would take, planned for the TMA kernel.)
+    const bool one_cta_per_sm = plan.balance_warps && shape.kernel == PlannedKernel::kTma &&
+                                fits_one_cta_per_sm(shape) &&
                                 detail::env_switch("PAGEDATTN_DECODE_ONE_CTA_PER_SM", true) &&
                                 use_tma_tiles(p, plan, choice, device, nullptr);
     plan.partition_tokens = split_partition_tokens(shape, one_cta_per_sm);

@@ -69,9 +69,9 @@ inline bool fits_one_cta_per_sm(const SplitShape& s) {
 //   Aim for one full wave of target CTAs. A batch with fewer units than that splits every
 // sequence into the same number of equal parts, so the wave stays whole; a larger batch (on the
 // cp.async kernel also a ragged one of more than half the target's units) only splits sequences
-// longer than a balanced share of all keys. Two CTAs per SM: longer splits, fewer merges. (The TMA kernel's
-// two-warp GQA CTAs fit four per SM; aiming for four made d-long1 and d-ragged slower there:
-// shorter splits.)
+// longer than a balanced share of all keys. Two CTAs per SM: longer splits, fewer merges. (The
+// TMA kernel's two-warp GQA CTAs fit four per SM; aiming for four made d-long1 and d-ragged
+// slower there: shorter splits.)
 //   A batch of near-equal lengths whose units already give nearly every SM one CTA is not split:
 // the splits would only add CTA starts and a merge (H100 d-mid16, 128 units on 132 SMs: unsplit
 // 100.5-100.7 us, two splits each 102.4-102.7, four 102.4-102.5). That holds for 16-bit caches
