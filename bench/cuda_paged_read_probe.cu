@@ -27,15 +27,16 @@ namespace {
 using pagedattn::bench::Gpu;
 using pagedattn::bench::ok;
 
-constexpr int kRowVecs = 16;  // one head's row of 128 bf16 = 16 x 16 bytes
-constexpr int kTile = 16;     // rows a warp loads at once (8 loads per lane for K, 8 for V)
+// One head's row of a token: 16 x 16 bytes (head_dim 128 in bf16) or, with --row-bytes 128,
+// 8 x 16 bytes (head_dim 128 in fp8, whose reads the fp8 decode must match).
+constexpr int kLoadsPerTile = 8;  // a warp's loads at once, per lane: 8 for K and 8 for V (16 or 32 rows)
 
 struct ProbeArgs {
   const uint4* k;
   const uint4* v;
   const std::int32_t* table;  // [seqs, max_pages]
   std::int64_t max_pages;
-  int seq_len, page_size, kv_heads, tokens_per_cta, splits;
+  int seq_len, page_size, kv_heads, tokens_per_cta, splits, row_vecs;
   bool hnd;
   std::uint32_t* sink;  // one word per CTA, so that no load is dead code
 };
@@ -45,7 +46,7 @@ __device__ std::int64_t row_offset(const ProbeArgs& a, int seq, int head, int to
   const int slot = token % a.page_size;
   const std::int64_t row = a.hnd ? (page * a.kv_heads + head) * a.page_size + slot
                                  : (page * a.page_size + slot) * a.kv_heads + head;
-  return row * kRowVecs;
+  return row * a.row_vecs;
 }
 
 __device__ std::uint32_t fold(uint4 x) { return x.x ^ x.y ^ x.z ^ x.w; }
@@ -76,21 +77,23 @@ __device__ __forceinline__ uint4 load16(const uint4* p) {
 }
 
 // CTA = one split of one (sequence, KV head) row, as the decode's CTAs are; warp w loads the
-// split's tiles w, w + warps, ...; lane l the 16-byte piece l % 16 of row 2i + l / 16.
-template <int kLoads>
+// split's tiles w, w + warps, ...; lane l the 16-byte piece l % kRowVecs of row
+// (32 / kRowVecs) i + l / kRowVecs. A tile has the same bytes whatever the row's size.
+template <int kLoads, int kRowVecs>
 __global__ void read_pages(ProbeArgs a) {
+  constexpr int kRowsPerLoad = 32 / kRowVecs, kTile = kLoadsPerTile * kRowsPerLoad;
   const int unit = blockIdx.x / a.splits, split = blockIdx.x % a.splits;
   const int seq = unit / a.kv_heads, head = unit % a.kv_heads;
   const int t0 = split * a.tokens_per_cta, t1 = min(a.seq_len, t0 + a.tokens_per_cta);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   std::uint32_t acc = 0;
   for (int tile = t0 + warp * kTile; tile < t1; tile += warps * kTile) {
-    uint4 k[kTile / 2], v[kTile / 2];
+    uint4 k[kLoadsPerTile], v[kLoadsPerTile];
 #pragma unroll
-    for (int i = 0; i < kTile / 2; ++i) {
-      const int token = tile + 2 * i + lane / 16;
+    for (int i = 0; i < kLoadsPerTile; ++i) {
+      const int token = tile + kRowsPerLoad * i + lane / kRowVecs;
       if (token < t1) {
-        const std::int64_t off = row_offset(a, seq, head, token) + lane % 16;
+        const std::int64_t off = row_offset(a, seq, head, token) + lane % kRowVecs;
         k[i] = load16<kLoads>(a.k + off);
         v[i] = load16<kLoads>(a.v + off);
       } else {
@@ -98,7 +101,7 @@ __global__ void read_pages(ProbeArgs a) {
       }
     }
 #pragma unroll
-    for (int i = 0; i < kTile / 2; ++i) acc ^= fold(k[i]) ^ fold(v[i]);
+    for (int i = 0; i < kLoadsPerTile; ++i) acc ^= fold(k[i]) ^ fold(v[i]);
   }
   for (int s = 16; s > 0; s /= 2) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
   if (threadIdx.x == 0) a.sink[blockIdx.x] = acc;
@@ -131,27 +134,30 @@ struct ReadKernels {
   void (*pages)(ProbeArgs);
 };
 template <int kLoads>
-ReadKernels read_kernels() {
-  return {read_flat<kLoads>, read_pages<kLoads>};
+ReadKernels read_kernels(int row_vecs) {
+  return {read_flat<kLoads>, row_vecs == 8 ? read_pages<kLoads, 8> : read_pages<kLoads, 16>};
 }
-ReadKernels kernels_for(const std::string& loads) {
-  if (loads == "plain") return read_kernels<kPlain>();
-  if (loads == "evict_first") return read_kernels<kEvictFirst>();
-  if (loads == "evict_normal") return read_kernels<kEvictNormal>();
-  return read_kernels<kStreaming>();
+ReadKernels kernels_for(const std::string& loads, int row_vecs) {
+  if (loads == "plain") return read_kernels<kPlain>(row_vecs);
+  if (loads == "evict_first") return read_kernels<kEvictFirst>(row_vecs);
+  if (loads == "evict_normal") return read_kernels<kEvictNormal>(row_vecs);
+  return read_kernels<kStreaming>(row_vecs);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int batch = 64, seq_len = 2048, kv_heads = 8, iters = 50, tokens_per_cta = 512, threads = 256;
+  int batch = 64, seq_len = 2048, kv_heads = 8, iters = 50, tokens_per_cta = 512, threads = 256, row_bytes = 256;
   std::vector<int> page_sizes{16, 128, 1024};
   std::vector<std::string> layouts{"nhd", "hnd"}, orders{"shuffled", "sequential"};
   std::string shape = "d-b64", loads = "streaming";
   CLI::App app{"Paged read probe: a decode shape's K/V bytes read through its page table, nothing else"};
   app.add_option("--batch", batch, "Sequences")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--seq-len", seq_len, "Tokens per sequence")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  app.add_option("--kv-heads", kv_heads, "KV heads (head_dim 128, bf16)")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--kv-heads", kv_heads, "KV heads (head_dim 128)")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--row-bytes", row_bytes, "Bytes of one head's row of a token: 256 (bf16) or 128 (fp8)")
+      ->check(CLI::IsMember({128, 256}))
+      ->capture_default_str();
   app.add_option("--page-sizes", page_sizes, "Page sizes")->check(CLI::Range(1, 1 << 16))->delimiter(',');
   app.add_option("--layouts", layouts, "nhd, hnd")->check(CLI::IsMember({"nhd", "hnd"}))->delimiter(',');
   app.add_option("--orders", orders, "shuffled, sequential")->check(CLI::IsMember({"shuffled", "sequential"}))->delimiter(',');
@@ -169,10 +175,10 @@ int main(int argc, char** argv) {
     using namespace pagedattn::bench;
     const double ceiling = measure_cuda_copy_gbps(0);
     const std::string device = cuda_device_name(0);
-    const auto [flat_kernel, pages_kernel] = kernels_for(loads);
+    const auto [flat_kernel, pages_kernel] = kernels_for(loads, row_bytes / 16);
     cudaStream_t stream;
     ok(cudaStreamCreate(&stream), "stream");
-    const std::int64_t row_bytes = kRowVecs * 16, tokens = std::int64_t{batch} * seq_len;
+    const std::int64_t row_vecs = row_bytes / 16, tokens = std::int64_t{batch} * seq_len;
     const double bytes = 2.0 * static_cast<double>(tokens * kv_heads * row_bytes);
     const int splits = (seq_len + tokens_per_cta - 1) / tokens_per_cta;
     Gpu sink(static_cast<std::size_t>(std::max<std::int64_t>(std::int64_t{batch} * kv_heads * splits, 1024)) * 4);
@@ -182,7 +188,7 @@ int main(int argc, char** argv) {
       const nlohmann::json r = {{"op", "paged_read_probe"}, {"device", device}, {"shape", shape},
                                 {"access", access}, {"layout", layout}, {"page_size", page}, {"order", order},
                                 {"batch", batch}, {"seq_len", seq_len}, {"num_kv_heads", kv_heads},
-                                {"head_dim", 128}, {"bytes", bytes}, {"time_us_median", t},
+                                {"head_dim", 128}, {"row_bytes", row_bytes}, {"bytes", bytes}, {"time_us_median", t},
                                 {"time_us_min", *std::min_element(us.begin(), us.end())},
                                 {"achieved_gbps", gbps}, {"ceiling_gbps", ceiling}, {"ratio_to_ceiling", gbps / ceiling},
                                 {"threads", threads}, {"tokens_per_cta", tokens_per_cta}, {"loads", loads}};
@@ -190,7 +196,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     {
-      const std::int64_t vecs = tokens * kv_heads * kRowVecs;
+      const std::int64_t vecs = tokens * kv_heads * row_vecs;
       Gpu k(static_cast<std::size_t>(vecs) * 16), v(static_cast<std::size_t>(vecs) * 16);
       fill_random(k.ptr, static_cast<std::size_t>(vecs) * 16, pagedattn::DType::kBF16, 1);
       fill_random(v.ptr, static_cast<std::size_t>(vecs) * 16, pagedattn::DType::kBF16, 2);
@@ -216,7 +222,8 @@ int main(int argc, char** argv) {
         for (const std::string& layout : layouts) {
           const ProbeArgs a{static_cast<const uint4*>(k.ptr), static_cast<const uint4*>(v.ptr),
                             static_cast<const std::int32_t*>(table.ptr), pages_per_seq, seq_len, page, kv_heads,
-                            tokens_per_cta, splits, layout == "hnd", static_cast<std::uint32_t*>(sink.ptr)};
+                            tokens_per_cta, splits, static_cast<int>(row_vecs), layout == "hnd",
+                            static_cast<std::uint32_t*>(sink.ptr)};
           const unsigned ctas = static_cast<unsigned>(batch * kv_heads * splits);
           const auto call = [&] { pages_kernel<<<ctas, threads, 0, stream>>>(a); };
           emit("paged", layout, page, order, time_captured(stream, call, 5, iters));

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summary of tools/device/ab_switch.sh records: ab_summary.py FILE. One row per benchmark case
-(shape, heads, head dim, layout, q and KV dtypes, page size, variant) and one column per
+(shape, heads, head dim, layout, q and KV dtypes, page size, variant, partition) and one column per
 setting: the range of the per-round medians in microseconds, then the ratio of the medians of
 those to the first setting's, then [the median of the per-round ratios to the first setting].
 The per-round ratio pairs runs taken minutes apart at most, so on a machine whose speed drifts
@@ -13,7 +13,7 @@ from collections import defaultdict
 
 def case_of(r):
     keys = ("op", "shape", "num_q_heads", "num_kv_heads", "head_dim", "layout", "dtype", "kv_dtype",
-            "page_size", "variant")
+            "page_size", "variant", "partition_size")
     return " ".join(str(r[k]) for k in keys if k in r)
 
 
