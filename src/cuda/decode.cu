@@ -231,6 +231,18 @@ int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, s
   return static_cast<int>(std::min(kEntryPrefetchMaxTiles, l2 / kEntryPrefetchL2Share / std::max<std::int64_t>(1, per_tile)));
 }
 
+// Three-warp CTAs for the fp8 kernel with key rows at head_dim 128 (four such CTAs fit an SM,
+// twelve warps, where four two-warp ones give it eight) where a CTA streams kFp8WideCtaTokens
+// keys or more. H200, e4m3, 2 interleaved rounds against two warps (docs/perf-notes.md v50):
+// GQA 256 x 2048 0.959, MHA 64 x 2048 0.947, MHA 16 x 4096 0.976, MHA 1 x 32768 (2048-key
+// splits) 0.989, head_dim 96 64 x 2048 0.907, GQA 64 x 2048 and 32 x 16384 1.001; shorter CTAs
+// lose (GQA 1 x 32768 in 512-key splits 1.049, 16 x 4096 in 1024-key splits 1.018): a CTA's
+// tiles in three shares leave each warp fewer. PAGEDATTN_DECODE_FP8_WIDE=0 / 1 forces two / three.
+constexpr std::int64_t kFp8WideCtaTokens = 2048;
+bool use_wide_fp8_ctas(const DecodePlan& plan) {
+  return detail::env_switch("PAGEDATTN_DECODE_FP8_WIDE", plan.cta_tokens >= kFp8WideCtaTokens);
+}
+
 // Programmatic dependent launch needs sm_90.
 bool supports_dependent_launch(int device) {
   return cached_device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
@@ -473,15 +485,17 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   } else if (choice.mma) {
     const int d = static_cast<int>(p.head_dim);
     const bool rows = choice.key_rows;
+    const bool fp8_wide = is_fp8(p.kv.dtype) && rows && !choice.vt && d > 64 && d <= 128 && use_wide_fp8_ctas(plan);
     if (report) {
       kernel = std::string("tensor-core cp.async") + (rows ? ", key rows" : ", head rows") +
-               (choice.vt ? ", V transposed" : "") + ", L2 fetch " + std::to_string(prm.cp_async_l2_bytes) + " B";
+               (choice.vt ? ", V transposed" : "") + (fp8_wide ? ", 3 warps" : "") + ", L2 fetch " +
+               std::to_string(prm.cp_async_l2_bytes) + " B";
     }
     switch (p.kv.dtype) {
       case DType::kBF16: launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16>(prm, d, false, false, rows, grid, stream); break;
       case DType::kF16: launch_paged_decode_mma<__half, __half>(prm, d, false, false, rows, grid, stream); break;
-      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, d, true, false, rows, grid, stream); break;
-      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, d, true, false, rows, grid, stream); break;
+      case DType::kF8E4M3: launch_paged_decode_mma<Fp8E4M3, __half>(prm, d, true, fp8_wide, rows, grid, stream); break;
+      default: launch_paged_decode_mma<Fp8E5M2, __half>(prm, d, true, fp8_wide, rows, grid, stream); break;
     }
   } else {
     launch_cuda_core(prm, lanes, g_tile, grid, stream);

@@ -48,11 +48,15 @@ namespace pagedattn::cuda {
 // final merge. Two warps per CTA: 52 KB of shared memory (bf16, head_dim 128, one tile per
 // step) lets 4 CTAs share an SM, so one CTA's start (page ids, Q, pipeline fill) and end
 // (merge, writes) overlap three others' streaming instead of one (two-tile steps: 69 KB,
-// 3 CTAs; fp8 52 KB, 44 KB with kVInRegs).
+// 3 CTAs; fp8 52 KB, 36 KB with kVInRegs).
 // The TMA kernel also comes with four warps (kWideWarps), for grids too small to give every
-// SM more than one CTA: there two warps alone could not keep enough tiles in flight.
+// SM more than one CTA: there two warps alone could not keep enough tiles in flight. The fp8
+// kVInRegs kernel comes with three (kFp8WideWarps: 52 KB and ~160 registers a thread, so four
+// such CTAs, twelve warps, fit an SM where four two-warp CTAs give it eight; four-warp CTAs of
+// one-tile steps fit only three by registers and were 1.2-1.35x slower on one-wave grids, v50).
 constexpr int kMmaDecodeWarps = 2;
 constexpr int kWideWarps = 4;
+constexpr int kFp8WideWarps = 3;
 
 template <class KV, int kD, bool kTma = false, int kTilesPerStep = sizeof(KV) == 1 ? 2 : 1, int kCtaWarps = kMmaDecodeWarps,
           bool kVT = false, bool kKeyRows = false>
@@ -68,19 +72,22 @@ struct MmaDecodeSmem {
   static constexpr int kStep = kTilesPerStep;
   static constexpr int kStages = kStep == 2 ? 4 : 3;
   static constexpr int kPageChunk = 1024;
-  // fp8 K rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks) fall
-  // in distinct banks; fp8 V rows are not (each lane widens the 16-byte chunks it copied). TMA
-  // rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
-  static constexpr int kStageRowBytes = kTma ? kD * 2 : kFp8 ? kD + 32 : kRowElems * 2;
   // fp8 key rows at head_dim 128 (kVInRegs): V^T's A fragments are read from the staged fp8 rows
   // and widened in registers (no widened copy): lane (gid, tig) reads dims 16 gid .. + 15 of
-  // keys tig + {0, 4, 8, 12} as 16-byte loads, so V rows are padded by 32 bytes too (a
-  // quarter-warp's 8 loads, rows tig and chunks gid, fall in distinct banks). For those keys to be
-  // a lane's MMA columns 2 tig, 2 tig + 1, 2 tig + 8, 2 tig + 9, a tile's MMA key (column) i is
-  // staged key key_of_column(i); K rows are staged in that order (k_stage_row), and O^T's row r
-  // of m-tile n is dim 16 (r % 8) + 2 n + r / 8.
+  // keys tig + {0, 4, 8, 12} as 16-byte loads. For those keys to be a lane's MMA columns 2 tig,
+  // 2 tig + 1, 2 tig + 8, 2 tig + 9, a tile's MMA key (column) i is staged key key_of_column(i);
+  // K rows are staged in that order (k_stage_row), and O^T's row r of m-tile n is dim
+  // 16 (r % 8) + 2 n + r / 8. Its K and V rows are unpadded 128 bytes whose 16-byte chunks are
+  // swizzled (staged_chunk: chunk c of row r at c ^ 2 (r % 4)), so that a quarter-warp's V loads
+  // (rows tig, chunks gid) and a half-warp's 8-byte K loads (rows gid, chunk pairs kk) fall in
+  // distinct banks: 4 KB per stage and warp instead of 5 (four three-warp CTAs fit an SM).
   static constexpr bool kVInRegs = kFp8 && kKeyRows && !kVT && kD == 128;
-  static constexpr int kVStageRowBytes = kVInRegs ? kD + 32 : kFp8 ? kD : kStageRowBytes;
+  static constexpr bool kSwizzledChunks = kVInRegs;
+  // Other fp8 K rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks)
+  // fall in distinct banks; their V rows are not (each lane widens the 16-byte chunks it copied).
+  // TMA rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
+  static constexpr int kStageRowBytes = kTma ? kD * 2 : kSwizzledChunks ? kD : kFp8 ? kD + 32 : kRowElems * 2;
+  static constexpr int kVStageRowBytes = kFp8 ? kD : kStageRowBytes;  // fp8 V rows are unpadded
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // K's, and V's unless kVT
@@ -127,6 +134,8 @@ __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ (
 // row of the staged K tile that holds key r (the inverse: K row i is then column i's key).
 __device__ __forceinline__ int key_of_column(int i) { return (i & 8) | ((i >> 1) & 3) | ((i & 1) << 2); }
 __device__ __forceinline__ int k_stage_row(int r) { return (r & 8) | ((r & 3) << 1) | ((r >> 2) & 1); }
+// The place of 16-byte chunk c in staged row r of a tile with swizzled chunks (kSwizzledChunks).
+__device__ __forceinline__ int swizzled_chunk(int r, int c) { return c ^ ((r & 3) << 1); }
 
 // The end of a kKeyRows CTA: every warp leaves its heads' rows of O (unnormalised), maxima and
 // sums in shared memory (`s_region`, free once all tiles are consumed); one thread per head folds
@@ -474,9 +483,11 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   std::uint64_t* warp_bars = s_bars + warp * kStages;
   auto stage_parity = [&](std::int64_t j) { return (tile_index(j) / kStages) & 1; };
   // Row r, chunk c of a staged K (is_v = 0) or V tile.
+  auto staged_chunk = [](int r, int c) { return Smem::kSwizzledChunks ? swizzled_chunk(r, c) : c; };
   auto chunk_ptr = [&](unsigned char* tile, int r, int c, int is_v) {
-    if (is_v) return tile + r * Smem::kVStageRowBytes + c * 16;
-    return tile + (Smem::kVInRegs ? k_stage_row(r) : r) * Smem::kStageRowBytes + c * 16;
+    if (is_v) return tile + r * Smem::kVStageRowBytes + staged_chunk(r, c) * 16;
+    const int row = Smem::kVInRegs ? k_stage_row(r) : r;
+    return tile + row * Smem::kStageRowBytes + staged_chunk(row, c) * 16;
   };
   // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
   T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes + warp * Smem::kWideTileBytes);
@@ -771,7 +782,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       auto k_row_fragments = [&](int h, int kk, std::uint32_t (&a0)[4], std::uint32_t (&a1)[4]) {
         const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j + h, 0));
         if constexpr (kFp8) {  // keys gid and gid + 8, dims 32 (kk / 2) + 8 tig .. + 7 (q's permutation)
-          const auto* rows = reinterpret_cast<const unsigned char*>(k_tile) + kk * 16 + tig * 8;
+          // Bytes 8 tig.. of the row's chunk pair kk, kk + 1 (rows gid and gid + 8 swizzle alike).
+          const auto* rows = reinterpret_cast<const unsigned char*>(k_tile) + staged_chunk(gid, kk + (tig >> 1)) * 16 +
+                             (tig & 1) * 8;
           const uint2 r0 = *reinterpret_cast<const uint2*>(rows + gid * Smem::kStageRowBytes);
           const uint2 r1 = *reinterpret_cast<const uint2*>(rows + (gid + 8) * Smem::kStageRowBytes);
           a0[0] = fp8x2_to_f16x2<KV>(r0.x, 0), a0[1] = fp8x2_to_f16x2<KV>(r1.x, 0);
@@ -929,7 +942,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           // V^T's A fragments straight from the staged fp8 rows: keys tig + 4 i (columns 2 tig,
           // 2 tig + 1, 2 tig + 8, 2 tig + 9), dims 16 gid .. + 15; m-tile n takes dims 16 gid + 2 n
           // (row gid) and + 1 (row gid + 8), bytes 2 (n % 2) and + 1 of word n / 2.
-          const unsigned char* rows = stage_ptr(j + h, 1) + 16 * gid;
+          // (Rows tig + 4 i swizzle alike: chunk gid of each is at staged_chunk(tig, gid).)
+          const unsigned char* rows = stage_ptr(j + h, 1) + 16 * staged_chunk(tig, gid);
           uint4 vr[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) vr[i] = *reinterpret_cast<const uint4*>(rows + (tig + 4 * i) * Smem::kVStageRowBytes);
@@ -996,9 +1010,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 
 // Launches paged_decode_mma_kernel<KV, T, kD, kTma, tiles per step, warps, padded> (T bf16 or
 // f16; KV = T, or fp8 with T = f16; kD 64, 128 or 256, the smallest that holds head_dim, padded
-// when it is larger). fp8 always takes two tiles per step and the cp.async 16-bit kernel one;
+// when it is larger). fp8 takes two tiles per step and the cp.async 16-bit kernel one;
 // the TMA kernel takes two when `pair_steps` (its four stages fit three CTAs per SM instead of
-// four), and four warps per CTA when `wide`; `key_rows` the transposed products.
+// four), and four warps per CTA when `wide`; `key_rows` the transposed products. fp8 with key
+// rows at kD 128 (V rows, not transposed) takes three warps when `wide`.
 // Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
 // sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
@@ -1035,6 +1050,14 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool p
     with_padding(d_c, step_c, std::integral_constant<int, kMmaDecodeWarps>{});
   };
   auto with_step = [&](auto d_c) {
+    if constexpr (sizeof(KV) == 1 && !kTma && decltype(d_c)::value == 128) {
+      if (wide && key_rows && !prm.v_transposed) {  // the kVInRegs kernel in three-warp CTAs
+        using Two = std::integral_constant<int, 2>;
+        using Three = std::integral_constant<int, kFp8WideWarps>;
+        if (head_dim != 128) return launch_rows(d_c, Two{}, Three{}, std::true_type{}, std::false_type{}, std::true_type{});
+        return launch_rows(d_c, Two{}, Three{}, std::false_type{}, std::false_type{}, std::true_type{});
+      }
+    }
     if constexpr (sizeof(KV) == 1) with_warps(d_c, std::integral_constant<int, 2>{});
     else if constexpr (!kTma || decltype(d_c)::value > 128) with_warps(d_c, std::integral_constant<int, 1>{});
     else if (pair_steps) with_warps(d_c, std::integral_constant<int, 2>{});

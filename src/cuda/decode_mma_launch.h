@@ -4,7 +4,8 @@
 // come as TMA boxes (KV = T; needs prm.k_tiles / v_tiles, an sm_90 device, and pages of a
 // multiple of 16 slots; instantiated only in the sm_90a objects, PAGEDATTN_WITH_SM90A);
 // pair_steps: two tiles per softmax step (the TMA kernel only; fp8 always, 16-bit cp.async never);
-// wide: four warps per CTA instead of two (the TMA kernel only); key_rows: the transposed
+// wide: four warps per CTA instead of two (the TMA kernel), or three (fp8 with key rows at
+// head_dim 128 and V rows); key_rows: the transposed
 // products, keys as the MMA's rows and 8 heads as its columns (groups of at most 8: prm's head
 // tiles of 8). head_dim picks the 64, 128 or 256 kernel (zero-padded below it);
 // prm.v_transposed the cp.async kernel's transposed V tiles.
