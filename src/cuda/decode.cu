@@ -38,7 +38,7 @@ struct KernelChoice {
 // head_dim 128 (the 256 kernel): ~100-111 KB, past the 99 KB of sm_86 / sm_89 / sm_120 (those keep the CUDA-core
 // kernel there). The TMA variant runs only on sm_90 (227 KB).
 bool mma_fits_device(const detail::AttentionProblem& p, bool vt, int device) {
-  if (p.head_dim <= 128) return true;
+  if (mma_kernel_dim(p.head_dim) <= 128) return true;
   const bool fp8 = is_fp8(p.kv.dtype);
   const int need = fp8 && vt ? MmaDecodeSmem<Fp8E4M3, 256, false, 2, kMmaDecodeWarps, true>::kBytes
                    : fp8     ? MmaDecodeSmem<Fp8E4M3, 256>::kBytes
@@ -398,8 +398,8 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   // The 256-dim cp.async kernel is left to the two-per-SM plans: aiming at four per SM made it
   // 5-12% slower (H200 fp8 1 x 32768 / 16 x 4096, docs/perf-notes.md v49).
   shape.kernel = tma_tiles_may_apply(p, plan, choice, device) ? PlannedKernel::kTma
-                 : choice.mma && p.head_dim <= 128          ? PlannedKernel::kCpAsync
-                                                             : PlannedKernel::kOther;
+                 : choice.mma && mma_kernel_dim(p.head_dim) <= 128 ? PlannedKernel::kCpAsync
+                                                                    : PlannedKernel::kOther;
   plan.ragged = shape.ragged();
   plan.balance_warps = detail::env_switch("PAGEDATTN_DECODE_WARP_BALANCE", !options.deterministic);
   if (options.variant == DecodeVariant::kOnePass) {
@@ -485,7 +485,9 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   } else if (choice.mma) {
     const int d = static_cast<int>(p.head_dim);
     const bool rows = choice.key_rows;
-    const bool fp8_wide = is_fp8(p.kv.dtype) && rows && !choice.vt && d > 64 && d <= 128 && use_wide_fp8_ctas(plan);
+    // (The launcher takes three-warp CTAs only on the 128-dim key-rows kernel with V rows.)
+    const bool fp8_wide =
+        is_fp8(p.kv.dtype) && rows && !choice.vt && mma_kernel_dim(d) == 128 && use_wide_fp8_ctas(plan);
     if (report) {
       kernel = std::string("tensor-core cp.async") + (rows ? ", key rows" : ", head rows") +
                (choice.vt ? ", V transposed" : "") + (fp8_wide ? ", 3 warps" : "") + ", L2 fetch " +

@@ -1063,8 +1063,8 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool p
     else if (pair_steps) with_warps(d_c, std::integral_constant<int, 2>{});
     else with_warps(d_c, std::integral_constant<int, 1>{});
   };
-  if (head_dim <= 64) with_step(std::integral_constant<int, 64>{});
-  else if (head_dim <= 128) with_step(std::integral_constant<int, 128>{});
+  if (mma_kernel_dim(head_dim) == 64) with_step(std::integral_constant<int, 64>{});
+  else if (mma_kernel_dim(head_dim) == 128) with_step(std::integral_constant<int, 128>{});
   else with_step(std::integral_constant<int, 256>{});
 }
 

@@ -15,8 +15,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace pagedattn::cuda {
 struct DecodeKernelParams;
+// The head dim of the tensor-core decode kernel that runs `head_dim` (64, 128 or 256: the
+// smallest that holds it, zero-padded above it). The launcher dispatches on it; the planner and
+// the fp8 warp rule ask it which kernel a problem gets.
+constexpr int mma_kernel_dim(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 template <class KV, class T, bool kTma = false>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
                              dim3 grid, cudaStream_t stream);
