@@ -485,9 +485,8 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   } else if (choice.mma) {
     const int d = static_cast<int>(p.head_dim);
     const bool rows = choice.key_rows;
-    // (The launcher takes three-warp CTAs only on the 128-dim key-rows kernel with V rows.)
     const bool fp8_wide =
-        is_fp8(p.kv.dtype) && rows && !choice.vt && mma_kernel_dim(d) == 128 && use_wide_fp8_ctas(plan);
+        is_fp8(p.kv.dtype) && fp8_kernel_has_wide_ctas(d, rows, choice.vt) && use_wide_fp8_ctas(plan);
     if (report) {
       kernel = std::string("tensor-core cp.async") + (rows ? ", key rows" : ", head rows") +
                (choice.vt ? ", V transposed" : "") + (fp8_wide ? ", 3 warps" : "") + ", L2 fetch " +

@@ -1051,7 +1051,7 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool p
   };
   auto with_step = [&](auto d_c) {
     if constexpr (sizeof(KV) == 1 && !kTma && decltype(d_c)::value == 128) {
-      if (wide && key_rows && !prm.v_transposed) {  // the kVInRegs kernel in three-warp CTAs
+      if (wide && fp8_kernel_has_wide_ctas(head_dim, key_rows, prm.v_transposed)) {  // kVInRegs, three warps
         using Two = std::integral_constant<int, 2>;
         using Three = std::integral_constant<int, kFp8WideWarps>;
         if (head_dim != 128) return launch_rows(d_c, Two{}, Three{}, std::true_type{}, std::false_type{}, std::true_type{});

@@ -23,6 +23,11 @@ struct DecodeKernelParams;
 // smallest that holds it, zero-padded above it). The launcher dispatches on it; the planner and
 // the fp8 warp rule ask it which kernel a problem gets.
 constexpr int mma_kernel_dim(std::int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+// Whether an fp8 cache's kernel comes in three-warp CTAs (`wide`): the 128-dim one with key rows
+// and V rows (kVInRegs). The launcher dispatches on it; the caller asks it for the launch report.
+constexpr bool fp8_kernel_has_wide_ctas(std::int64_t head_dim, bool key_rows, bool v_transposed) {
+  return key_rows && !v_transposed && mma_kernel_dim(head_dim) == 128;
+}
 template <class KV, class T, bool kTma = false>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
                              dim3 grid, cudaStream_t stream);
