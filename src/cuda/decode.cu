@@ -105,7 +105,8 @@ KernelChoice choose_kernel(const detail::AttentionProblem& p, int device) {
 // docs/perf-notes.md v19), except below head_dim 128 where the kernel runs zero-padded: it
 // issues d128's work per tile for fewer bytes, and the CUDA-core kernel is faster there (H100
 // MHA d80 64 x 2048 / 16 x 4096 / 1 x 32768: 500 / 278-290 / 205 us against 580 / 415-431 / 172;
-// d96 on par; d192 TMA faster; v29). PAGEDATTN_DECODE_TMA=0 turns it off.
+// d96 on par; d192 TMA faster; v29). fp8 caches take it on the kernel with key rows at head_dim
+// 128 (PAGEDATTN_DECODE_FP8_TMA=0 keeps them on cp.async). PAGEDATTN_DECODE_TMA=0 turns it off.
 // tma_tiles_may_apply: every condition but whether the driver can describe the rows (which
 // use_tma_tiles then asks by encoding the maps), for planner rules that need no more than which
 // kernel the call almost surely takes (an encoding that fails leaves it a TMA plan).
@@ -113,7 +114,12 @@ bool tma_tiles_may_apply(const detail::AttentionProblem& p, const DecodePlan& pl
                          int device) {
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!plan.tma_tiles || detail::env_switched_off("PAGEDATTN_DECODE_TMA")) return false;
-  if (!choice.mma_able || choice.vt || p.kv.dtype != p.qo.q_dtype || p.kv.page_size % 16 != 0) return false;
+  const bool fp8_rows = is_fp8(p.kv.dtype) && choice.mma &&
+                        fp8_kernel_takes_tma_tiles(p.head_dim, choice.key_rows, choice.vt) &&
+                        detail::env_switch("PAGEDATTN_DECODE_FP8_TMA", true);
+  if (!choice.mma_able || choice.vt || !(p.kv.dtype == p.qo.q_dtype || fp8_rows) || p.kv.page_size % 16 != 0) {
+    return false;
+  }
   if (!choice.mma && p.head_dim < 128 && p.head_dim != 64) return false;
   return is_sm90(device);
 #else
@@ -129,9 +135,13 @@ bool use_tma_tiles(const detail::AttentionProblem& p, const DecodePlan& plan, co
 #if defined(PAGEDATTN_WITH_SM90A)
   if (!tma_tiles_may_apply(p, plan, choice, device)) return false;
   KVPageBoxes boxes;
-  const bool whole_rows =
-      !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") && encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
-  if (!whole_rows && !encode_kv_page_boxes(p.kv, 64, 16, boxes)) return false;
+  const bool fp8 = is_fp8(p.kv.dtype);  // one box of 16 whole 128-byte rows
+  const bool whole_rows = !fp8 && !detail::env_switched_off("PAGEDATTN_DECODE_WHOLE_ROWS") &&
+                          encode_kv_page_boxes(p.kv, 64, 16, boxes, true);
+  if (!whole_rows && !(fp8 ? encode_kv_page_boxes(p.kv, 128, 16, boxes, false, true)
+                           : encode_kv_page_boxes(p.kv, 64, 16, boxes))) {
+    return false;
+  }
   if (prm != nullptr) {
     prm->tma_whole_rows = whole_rows;
     prm->k_tiles = boxes.k;
@@ -396,8 +406,9 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   DecodePlan plan;
   plan.tma_tiles = tma_tiles;
   // The 256-dim cp.async kernel is left to the two-per-SM plans: aiming at four per SM made it
-  // 5-12% slower (H200 fp8 1 x 32768 / 16 x 4096, docs/perf-notes.md v49).
-  shape.kernel = tma_tiles_may_apply(p, plan, choice, device) ? PlannedKernel::kTma
+  // 5-12% slower (H200 fp8 1 x 32768 / 16 x 4096, docs/perf-notes.md v49). fp8 on TMA tiles
+  // keeps the cp.async kernel's plans: the same kernel, as many CTAs per SM.
+  shape.kernel = tma_tiles_may_apply(p, plan, choice, device) && !is_fp8(p.kv.dtype) ? PlannedKernel::kTma
                  : choice.mma && mma_kernel_dim(p.head_dim) <= 128 ? PlannedKernel::kCpAsync
                                                                     : PlannedKernel::kOther;
   plan.ragged = shape.ragged();
@@ -466,7 +477,16 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   const int lanes = choice.lanes, g_tile = choice.g_tile;
   const bool report = decode_report_on();
   std::string kernel;  // for the report
-  if (use_tma_tiles(p, plan, choice, device, &prm)) {
+  const bool tma = use_tma_tiles(p, plan, choice, device, &prm);
+  if (tma && is_fp8(p.kv.dtype)) {
+#if defined(PAGEDATTN_WITH_SM90A)
+    const int d = static_cast<int>(p.head_dim);
+    const bool fp8_wide = use_wide_fp8_ctas(plan);
+    if (report) kernel = std::string("tensor-core TMA, key rows, fp8 rows") + (fp8_wide ? ", 3 warps" : ", 2 warps");
+    if (p.kv.dtype == DType::kF8E4M3) launch_paged_decode_mma<Fp8E4M3, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
+    else launch_paged_decode_mma<Fp8E5M2, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
+#endif
+  } else if (tma) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
     const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);

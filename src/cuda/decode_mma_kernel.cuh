@@ -26,7 +26,9 @@
 // (exactly: f16 holds every e4m3 and e5m2 value) into a padded tile that ldmatrix transposes.
 // On Hopper, 16-bit caches whose pages hold whole tiles take the TMA variant (kTma): one lane
 // copies a tile as four tensor boxes (K and V, two 64-dim halves each) into 128-byte-swizzled
-// rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups.
+// rows and the warp waits on the stage's mbarrier instead of on its own cp.async groups. So do
+// fp8 caches on the kVInRegs kernel (head_dim 128, key rows): a tile is two boxes of 16
+// 128-byte rows, in the same swizzle its cp.async copies write.
 // A softmax step takes one or two tiles (MmaDecodeSmem::kStep): two where few warps share an SM
 // and each is bound by its step's dependent chain rather than by memory.
 // At head_dim 256 the untransposed form's O fragments alone take 128 registers, so Q's A
@@ -75,18 +77,24 @@ struct MmaDecodeSmem {
   // fp8 key rows at head_dim 128 (kVInRegs): V^T's A fragments are read from the staged fp8 rows
   // and widened in registers (no widened copy): lane (gid, tig) reads dims 16 gid .. + 15 of
   // keys tig + {0, 4, 8, 12} as 16-byte loads. For those keys to be a lane's MMA columns 2 tig,
-  // 2 tig + 1, 2 tig + 8, 2 tig + 9, a tile's MMA key (column) i is staged key key_of_column(i);
-  // K rows are staged in that order (k_stage_row), and O^T's row r of m-tile n is dim
-  // 16 (r % 8) + 2 n + r / 8. Its K and V rows are unpadded 128 bytes whose 16-byte chunks are
-  // swizzled (staged_chunk: chunk c of row r at c ^ 2 (r % 4)), so that a quarter-warp's V loads
-  // (rows tig, chunks gid) and a half-warp's 8-byte K loads (rows gid, chunk pairs kk) fall in
-  // distinct banks: 4 KB per stage and warp instead of 5 (four three-warp CTAs fit an SM).
+  // 2 tig + 1, 2 tig + 8, 2 tig + 9, a tile's MMA key (column) i is key key_of_column(i) (so
+  // S^T's row i reads K's row key_of_column(i)), and O^T's row r of m-tile n is dim
+  // 16 (r % 8) + 2 n + r / 8. K's A fragments come as 16-byte loads too: lane (gid, tig) reads
+  // chunk 4 q + tig (k-steps 4 q .. 4 q + 3, a permutation of the dims that q's fragments take)
+  // of its two keys. K and V rows are unpadded 128 bytes in key order whose 16-byte chunks are
+  // swizzled as the TMA unit's 128-byte swizzle places them (swizzled_chunk: chunk c of row r at
+  // c ^ (r % 8)); a quarter-warp's K loads (keys key_of_column(gid) of two gid, chunks of four
+  // tig) then fall in distinct banks, and so do its V loads (keys tig + 4 i, chunks of two gid)
+  // once the odd gid lane takes its keys in the order i ^ 1: 4 KB per stage and warp instead of
+  // 5 (four three-warp CTAs fit an SM).
   static constexpr bool kVInRegs = kFp8 && kKeyRows && !kVT && kD == 128;
   static constexpr bool kSwizzledChunks = kVInRegs;
   // Other fp8 K rows are padded by 32 bytes: a half-warp's 8-byte K reads (4 keys x 4 dim blocks)
   // fall in distinct banks; their V rows are not (each lane widens the 16-byte chunks it copied).
   // TMA rows are unpadded: the 128-byte swizzle keeps ldmatrix's rows in distinct banks.
-  static constexpr int kStageRowBytes = kTma ? kD * 2 : kSwizzledChunks ? kD : kFp8 ? kD + 32 : kRowElems * 2;
+  static constexpr int kStageRowBytes = kTma || kSwizzledChunks ? kD * static_cast<int>(sizeof(KV))
+                                        : kFp8                  ? kD + 32
+                                                                : kRowElems * 2;
   static constexpr int kVStageRowBytes = kFp8 ? kD : kStageRowBytes;  // fp8 V rows are unpadded
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
@@ -130,12 +138,11 @@ struct MmaDecodeSmem {
 // Byte offset of 16-byte chunk c (keys 8c..8c+7) of dim row d in a kVT tile of 16-bit rows.
 __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ ((d >> 2) & 1)) << 4); }
 
-// kVInRegs: the tile's key that is the MMAs' key column i (S^T's row i, P^T's row i), and the
-// row of the staged K tile that holds key r (the inverse: K row i is then column i's key).
+// kVInRegs: the tile's key that is the MMAs' key column i (S^T's row i, P^T's row i).
 __device__ __forceinline__ int key_of_column(int i) { return (i & 8) | ((i >> 1) & 3) | ((i & 1) << 2); }
-__device__ __forceinline__ int k_stage_row(int r) { return (r & 8) | ((r & 3) << 1) | ((r >> 2) & 1); }
-// The place of 16-byte chunk c in staged row r of a tile with swizzled chunks (kSwizzledChunks).
-__device__ __forceinline__ int swizzled_chunk(int r, int c) { return c ^ ((r & 3) << 1); }
+// The place of 16-byte chunk c in staged row r of a tile with swizzled chunks (kSwizzledChunks):
+// the TMA unit's 128-byte swizzle of 128-byte rows (sm90::swizzled_offset).
+__device__ __forceinline__ int swizzled_chunk(int r, int c) { return c ^ (r & 7); }
 
 // The end of a kKeyRows CTA: every warp leaves its heads' rows of O (unnormalised), maxima and
 // sums in shared memory (`s_region`, free once all tiles are consumed); one thread per head folds
@@ -339,7 +346,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   constexpr int kChunks = Smem::kChunks, kChunkElems = Smem::kChunkElems;
   constexpr bool kFp8 = Smem::kFp8;
   constexpr float kNegInf = detail::kNegInf;
-  static_assert(!kTma || !kFp8, "TMA tiles are 16-bit");
+  static_assert(!kTma || !kFp8 || (Smem::kVInRegs && !kPadded), "fp8 TMA tiles: the kVInRegs kernel at head_dim 128");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw;
   if constexpr (kTma) smem += (1024 - (sm90::smem_address(smem_raw) & 1023)) & 1023;
@@ -364,7 +371,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   // q first: its loads need only the block index, so they overlap init_cta's page-table reads.
   // This lane's fragment values: [k-step][row r][dims d, d+1, d+8, d+9] of query heads
   // g0 + gid + 8 * r (rows past the tile's heads are zero); with fp8, k-step kk's four dims are
-  // 32 (kk / 2) + 8 tig + 4 (kk % 2) + 0..3 instead, the order K's fragments are read in.
+  // 32 (kk / 2) + 8 tig + 4 (kk % 2) + 0..3 instead, the order K's fragments are read in
+  // (kVInRegs: 16 (4 (kk / 4) + tig) + 4 (kk % 4) + 0..3, a lane's 16-byte chunk per 4 k-steps).
   // kKeyRows: only row gid (head gid as B's column) is loaded, and slope[c] is head 2 tig + c's,
   // the logits' columns.
   float qf[kD / 16][2][4];
@@ -387,7 +395,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       const Q* row = reinterpret_cast<const Q*>(p.qo.q) + cta.s * p.qo.q_token_stride + h * p.qo.q_head_stride;
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const int d = kFp8 ? 32 * (kk / 2) + 8 * tig + 4 * (kk % 2) : kk * 16 + tig * 2;
+        const int d = Smem::kVInRegs ? 16 * (4 * (kk / 4) + tig) + 4 * (kk % 4)
+                      : kFp8         ? 32 * (kk / 2) + 8 * tig + 4 * (kk % 2)
+                                     : kk * 16 + tig * 2;
         const int hi = kFp8 ? 2 : 8;  // offset of the fragment's second dim pair
         // Dims past the problem's head_dim (a kernel of the next size up) are zero queries.
         auto q_at = [&](int dd) { return live && dd < head_dim ? to_float(row[dd]) : 0.0f; };
@@ -485,9 +495,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   // Row r, chunk c of a staged K (is_v = 0) or V tile.
   auto staged_chunk = [](int r, int c) { return Smem::kSwizzledChunks ? swizzled_chunk(r, c) : c; };
   auto chunk_ptr = [&](unsigned char* tile, int r, int c, int is_v) {
-    if (is_v) return tile + r * Smem::kVStageRowBytes + staged_chunk(r, c) * 16;
-    const int row = Smem::kVInRegs ? k_stage_row(r) : r;
-    return tile + row * Smem::kStageRowBytes + staged_chunk(row, c) * 16;
+    return tile + r * (is_v ? Smem::kVStageRowBytes : Smem::kStageRowBytes) + staged_chunk(r, c) * 16;
   };
   // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
   T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes + warp * Smem::kWideTileBytes);
@@ -592,7 +600,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           tile_page_slot(t, page, slot);
           const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
           std::uint64_t* bar = &warp_bars[stage_of(j)];
-          sm90::mbarrier_arrive_expect_tx(bar, 2 * live_boxes * kTokens * 128);
+          sm90::mbarrier_arrive_expect_tx(bar, kFp8 ? 2 * Smem::kTileBytes : 2 * live_boxes * kTokens * 128);
           const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
           const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
           // K and V are read once: their lines go first when L2 needs room (H100, whole-row
@@ -601,7 +609,10 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           // cp.async copies below carry none: with one, nvcc 13.0 emitted copies that fault as
           // illegal instructions (docs/perf-notes.md, v36).
           const std::uint64_t kv_policy = sm90::l2_evict_first_policy();
-          if (prm.tma_whole_rows) {
+          if constexpr (kFp8) {  // one box of 16 whole 128-byte rows each
+            sm90::tma_load_4d(k_dst, &prm.k_tiles, 0, c1, c2, page, bar, kv_policy);
+            sm90::tma_load_4d(v_dst, &prm.v_tiles, 0, c1, c2, page, bar, kv_policy);
+          } else if (prm.tma_whole_rows) {
             sm90::tma_load_5d(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
             sm90::tma_load_5d(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
           } else {
@@ -722,10 +733,11 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
             unsigned char* v_tile = stage_ptr(j + h, 1);
 #pragma unroll
-            for (int i = lane; i < kTokens * kD / 8; i += 32) {
-              const int r = i / (kD / 8), c = i % (kD / 8);
+            for (int i = lane; i < kTokens * kChunks; i += 32) {
+              const int r = i / kChunks, c = i % kChunks;
               if (t0 + r < c_begin || t0 + r >= c_end) {
-                *reinterpret_cast<uint4*>(v_tile + sm90::swizzled_offset(r, c, kTokens)) = make_uint4(0, 0, 0, 0);
+                unsigned char* dst = kFp8 ? chunk_ptr(v_tile, r, c, 1) : v_tile + sm90::swizzled_offset(r, c, kTokens);
+                *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
               }
             }
             sm90::fence_shared_for_async();  // before a later box lands on these rows
@@ -782,9 +794,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       auto k_row_fragments = [&](int h, int kk, std::uint32_t (&a0)[4], std::uint32_t (&a1)[4]) {
         const T* k_tile = reinterpret_cast<const T*>(stage_ptr(j + h, 0));
         if constexpr (kFp8) {  // keys gid and gid + 8, dims 32 (kk / 2) + 8 tig .. + 7 (q's permutation)
-          // Bytes 8 tig.. of the row's chunk pair kk, kk + 1 (rows gid and gid + 8 swizzle alike).
-          const auto* rows = reinterpret_cast<const unsigned char*>(k_tile) + staged_chunk(gid, kk + (tig >> 1)) * 16 +
-                             (tig & 1) * 8;
+          // Bytes 8 tig.. of the row's chunk pair kk, kk + 1 (padded rows, unswizzled).
+          const auto* rows = reinterpret_cast<const unsigned char*>(k_tile) + (kk + (tig >> 1)) * 16 + (tig & 1) * 8;
           const uint2 r0 = *reinterpret_cast<const uint2*>(rows + gid * Smem::kStageRowBytes);
           const uint2 r1 = *reinterpret_cast<const uint2*>(rows + (gid + 8) * Smem::kStageRowBytes);
           a0[0] = fp8x2_to_f16x2<KV>(r0.x, 0), a0[1] = fp8x2_to_f16x2<KV>(r1.x, 0);
@@ -803,7 +814,27 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           }
         }
       };
-      if constexpr (kKeyRows) {  // S^T = K Q^T: Q's B fragments are qa[kk][0] and qa[kk][2] (row gid)
+      if constexpr (Smem::kVInRegs) {  // S^T = K Q^T, K's A fragments of four k-steps per 16-byte load
+        // Rows gid and gid + 8 are keys key_of_column(gid) and + 8; chunk 4 q + tig of each holds
+        // dims 4 s .. 4 s + 3 of its k-step 4 q + s (word s): columns 2 tig, + 1 and 2 tig + 8, + 9.
+        const int key = key_of_column(gid);
+#pragma unroll
+        for (int h = 0; h < kStep; ++h) {
+          unsigned char* k_tile = stage_ptr(j + h, 0);
+#pragma unroll
+          for (int q = 0; q < kD / 64; ++q) {
+            const uint4 r0 = *reinterpret_cast<const uint4*>(chunk_ptr(k_tile, key, 4 * q + tig, 0));
+            const uint4 r1 = *reinterpret_cast<const uint4*>(chunk_ptr(k_tile, key + 8, 4 * q + tig, 0));
+            const std::uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+            for (int st = 0; st < 4; ++st) {
+              const std::uint32_t a[4] = {fp8x2_to_f16x2<KV>(w0[st], 0), fp8x2_to_f16x2<KV>(w1[st], 0),
+                                          fp8x2_to_f16x2<KV>(w0[st], 1), fp8x2_to_f16x2<KV>(w1[st], 1)};
+              mma16816<T>(sc[h], a, qa[4 * q + st][0], qa[4 * q + st][2]);
+            }
+          }
+        }
+      } else if constexpr (kKeyRows) {  // S^T = K Q^T: Q's B fragments are qa[kk][0] and qa[kk][2] (row gid)
 #pragma unroll
         for (int h = 0; h < kStep; ++h) {
 #pragma unroll
@@ -941,16 +972,20 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         if constexpr (Smem::kVInRegs) {
           // V^T's A fragments straight from the staged fp8 rows: keys tig + 4 i (columns 2 tig,
           // 2 tig + 1, 2 tig + 8, 2 tig + 9), dims 16 gid .. + 15; m-tile n takes dims 16 gid + 2 n
-          // (row gid) and + 1 (row gid + 8), bytes 2 (n % 2) and + 1 of word n / 2.
-          // (Rows tig + 4 i swizzle alike: chunk gid of each is at staged_chunk(tig, gid).)
-          const unsigned char* rows = stage_ptr(j + h, 1) + 16 * staged_chunk(tig, gid);
+          // (row gid) and + 1 (row gid + 8), bytes 2 (n % 2) and + 1 of word n / 2. A lane of odd
+          // gid loads key tig + 4 (i ^ 1) as vr[i] (its chunks then lie in the other half of the
+          // banks than its even neighbour's) and swaps the byte pairs' sources back (sel ^ 0x4444).
+          unsigned char* v_tile = stage_ptr(j + h, 1);
+          const int odd = gid & 1;
           uint4 vr[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) vr[i] = *reinterpret_cast<const uint4*>(rows + (tig + 4 * i) * Smem::kVStageRowBytes);
+          for (int i = 0; i < 4; ++i) vr[i] = *reinterpret_cast<const uint4*>(chunk_ptr(v_tile, tig + 4 * (i ^ odd), gid, 1));
           auto word = [](const uint4& v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; };
+          const unsigned swap_sel = odd ? 0x4444u : 0u;
 #pragma unroll
           for (int n = 0; n < kOTiles; ++n) {
-            const unsigned sel = n % 2 == 0 ? 0x5140u : 0x7362u;  // bytes b, b of the pair's rows, then b + 1
+            // bytes b, b of the pair's rows, then b + 1
+            const unsigned sel = (n % 2 == 0 ? 0x5140u : 0x7362u) ^ swap_sel;
             const std::uint32_t lo = __byte_perm(word(vr[0], n / 2), word(vr[1], n / 2), sel);
             const std::uint32_t hi = __byte_perm(word(vr[2], n / 2), word(vr[3], n / 2), sel);
             const std::uint32_t a[4] = {fp8x2_to_f16x2<KV>(lo, 0), fp8x2_to_f16x2<KV>(lo, 1),
@@ -1013,9 +1048,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 // when it is larger). fp8 takes two tiles per step and the cp.async 16-bit kernel one;
 // the TMA kernel takes two when `pair_steps` (its four stages fit three CTAs per SM instead of
 // four), and four warps per CTA when `wide`; `key_rows` the transposed products. fp8 with key
-// rows at kD 128 (V rows, not transposed) takes three warps when `wide`.
-// Instantiated in instantiations/decode_mma_*.cu, and with kTma (KV = T) in
-// sm90a/decode_mma_tma_*.cu.
+// rows at kD 128 (V rows, not transposed) takes three warps when `wide`; with kTma it runs
+// only that kernel (head_dim 128, key rows), with two warps or, when `wide`, three.
+// Instantiated in instantiations/decode_mma_*.cu, and with kTma in sm90a/decode_mma_tma_*.cu.
 template <class KV, class T, bool kTma>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
                              dim3 grid, cudaStream_t stream) {
@@ -1050,18 +1085,29 @@ void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool p
     with_padding(d_c, step_c, std::integral_constant<int, kMmaDecodeWarps>{});
   };
   auto with_step = [&](auto d_c) {
-    if constexpr (sizeof(KV) == 1 && !kTma && decltype(d_c)::value == 128) {
-      if (wide && fp8_kernel_has_wide_ctas(head_dim, key_rows, prm.v_transposed)) {  // kVInRegs, three warps
-        using Two = std::integral_constant<int, 2>;
-        using Three = std::integral_constant<int, kFp8WideWarps>;
-        if (head_dim != 128) return launch_rows(d_c, Two{}, Three{}, std::true_type{}, std::false_type{}, std::true_type{});
-        return launch_rows(d_c, Two{}, Three{}, std::false_type{}, std::false_type{}, std::true_type{});
+    constexpr int kD = decltype(d_c)::value;
+    using One = std::integral_constant<int, 1>;
+    using Two = std::integral_constant<int, 2>;
+    using Fp8Wide = std::integral_constant<int, kFp8WideWarps>;
+    if constexpr (sizeof(KV) == 1 && kTma) {  // the host takes fp8 TMA tiles for kVInRegs at head_dim 128 alone
+      if constexpr (kD == 128) {
+        if (wide) launch_rows(d_c, Two{}, Fp8Wide{}, std::false_type{}, std::false_type{}, std::true_type{});
+        else launch_rows(d_c, Two{}, Two{}, std::false_type{}, std::false_type{}, std::true_type{});
       }
+    } else if constexpr (sizeof(KV) == 1) {
+      if constexpr (kD == 128) {
+        if (wide && fp8_kernel_has_wide_ctas(head_dim, key_rows, prm.v_transposed)) {  // kVInRegs, three warps
+          if (head_dim != 128) return launch_rows(d_c, Two{}, Fp8Wide{}, std::true_type{}, std::false_type{}, std::true_type{});
+          return launch_rows(d_c, Two{}, Fp8Wide{}, std::false_type{}, std::false_type{}, std::true_type{});
+        }
+      }
+      with_warps(d_c, Two{});
+    } else if constexpr (!kTma || kD > 128) {
+      with_warps(d_c, One{});
+    } else {
+      if (pair_steps) with_warps(d_c, Two{});
+      else with_warps(d_c, One{});
     }
-    if constexpr (sizeof(KV) == 1) with_warps(d_c, std::integral_constant<int, 2>{});
-    else if constexpr (!kTma || decltype(d_c)::value > 128) with_warps(d_c, std::integral_constant<int, 1>{});
-    else if (pair_steps) with_warps(d_c, std::integral_constant<int, 2>{});
-    else with_warps(d_c, std::integral_constant<int, 1>{});
   };
   if (mma_kernel_dim(head_dim) == 64) with_step(std::integral_constant<int, 64>{});
   else if (mma_kernel_dim(head_dim) == 128) with_step(std::integral_constant<int, 128>{});

@@ -1,8 +1,9 @@
 // Internal: the tensor-core GQA decode launchers (defined in decode_mma_kernel.cuh,
 // instantiated in instantiations/decode_mma_*.cu). KV: cache storage type (T, or fp8 with T = f16);
 // T: q's 16-bit dtype, the type the tensor cores multiply; kTma: the Hopper variant whose tiles
-// come as TMA boxes (KV = T; needs prm.k_tiles / v_tiles, an sm_90 device, and pages of a
-// multiple of 16 slots; instantiated only in the sm_90a objects, PAGEDATTN_WITH_SM90A);
+// come as TMA boxes (KV = T, or fp8 at head_dim 128 with key rows and V rows; needs prm.k_tiles /
+// v_tiles, an sm_90 device, and pages of a multiple of 16 slots; instantiated only in the sm_90a
+// objects, PAGEDATTN_WITH_SM90A);
 // pair_steps: two tiles per softmax step (the TMA kernel only; fp8 always, 16-bit cp.async never);
 // wide: four warps per CTA instead of two (the TMA kernel), or three (fp8 with key rows at
 // head_dim 128 and V rows); key_rows: the transposed
@@ -27,6 +28,10 @@ constexpr int mma_kernel_dim(std::int64_t head_dim) { return head_dim <= 64 ? 64
 // and V rows (kVInRegs). The launcher dispatches on it; the caller asks it for the launch report.
 constexpr bool fp8_kernel_has_wide_ctas(std::int64_t head_dim, bool key_rows, bool v_transposed) {
   return key_rows && !v_transposed && mma_kernel_dim(head_dim) == 128;
+}
+// Whether an fp8 cache's kernel can take TMA tiles: the same one (kVInRegs), unpadded.
+constexpr bool fp8_kernel_takes_tma_tiles(std::int64_t head_dim, bool key_rows, bool v_transposed) {
+  return fp8_kernel_has_wide_ctas(head_dim, key_rows, v_transposed) && head_dim == 128;
 }
 template <class KV, class T, bool kTma = false>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,

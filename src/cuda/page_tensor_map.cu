@@ -52,17 +52,20 @@ CUtensorMapL2promotion l2_promotion() {
 }
 
 // A tensor map with unit element steps: 16-bit elements (bf16 or f16) in the 128-byte swizzle
-// that wgmma and ldmatrix read, or fp8 bytes unswizzled (rows that a kernel widens itself before
-// its matrix units read them); false when the driver refuses it or cannot be found.
+// that wgmma and ldmatrix read, or fp8 bytes (rows that a kernel widens itself before its matrix
+// units read them) unswizzled or, with `fp8_swizzled`, in the same swizzle; false when the driver
+// refuses it or cannot be found.
 template <std::size_t kRank>
 bool encode_tiled(CUtensorMap& map, DType dtype, const void* data, const std::array<cuuint64_t, kRank>& dims,
-                     const std::array<cuuint64_t, kRank - 1>& strides, const std::array<cuuint32_t, kRank>& box) {
+                  const std::array<cuuint64_t, kRank - 1>& strides, const std::array<cuuint32_t, kRank>& box,
+                  bool fp8_swizzled = false) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (encode == nullptr) return false;
   const CUtensorMapDataType type = is_fp8(dtype)           ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUtensorMapSwizzle swizzle = is_fp8(dtype) ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
+  const CUtensorMapSwizzle swizzle =
+      is_fp8(dtype) && !fp8_swizzled ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B;
   std::array<cuuint32_t, kRank> steps;
   steps.fill(1);
   return encode(&map, type, static_cast<cuuint32_t>(kRank), const_cast<void*>(data), dims.data(), strides.data(), box.data(),
@@ -77,13 +80,13 @@ struct PageBoxes {
 };
 
 bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAccess& kv, int box_dims, int box_slots,
-                       bool whole_rows, PageBoxes& out) {
+                       bool whole_rows, bool fp8_swizzled, PageBoxes& out) {
   const DType dtype = kv.dtype;
   const bool fp8 = is_fp8(dtype);
   if (dtype != DType::kBF16 && dtype != DType::kF16 && !(fp8 && !whole_rows)) return false;
   const std::int64_t elem_bytes = fp8 ? 1 : 2;
   // A swizzled box row is at most the swizzle's 128 bytes; an unswizzled one up to 256 elements.
-  const std::int64_t max_row_bytes = fp8 ? 256 : 128;
+  const std::int64_t max_row_bytes = fp8 && !fp8_swizzled ? 256 : 128;
   if (!t.dim_contiguous(kv.head_dim) || box_slots < 1 || box_slots > 256 || box_slots > kv.page_size ||
       box_dims * elem_bytes > max_row_bytes || box_dims * elem_bytes % 16 != 0) {
     return false;
@@ -116,7 +119,7 @@ bool encode_page_boxes(const detail::KVTensorAccess& t, const detail::KVCacheAcc
   const auto P = static_cast<cuuint32_t>(box_slots);
   const std::array<cuuint32_t, 4> box = {static_cast<cuuint32_t>(box_dims), out.head_inner ? 1u : P,
                                          out.head_inner ? P : 1u, 1u};
-  return encode_tiled(out.map, dtype, t.data, dims, strides, box);
+  return encode_tiled(out.map, dtype, t.data, dims, strides, box, fp8_swizzled);
 }
 
 // One of K or V as slot-group page boxes (see KVPageGroupBoxes); mul_g / mul_h: its
@@ -167,10 +170,10 @@ bool encode_kv_page_groups(const detail::KVCacheAccess& kv, KVPageGroupBoxes& ou
 }
 
 bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out,
-                          bool whole_rows) {
+                          bool whole_rows, bool fp8_swizzled) {
   PageBoxes k, v;
-  if (!encode_page_boxes(kv.k, kv, box_dims, box_slots, whole_rows, k) ||
-      !encode_page_boxes(kv.v, kv, box_dims, box_slots, whole_rows, v) ||
+  if (!encode_page_boxes(kv.k, kv, box_dims, box_slots, whole_rows, fp8_swizzled, k) ||
+      !encode_page_boxes(kv.v, kv, box_dims, box_slots, whole_rows, fp8_swizzled, v) ||
       k.head_inner != v.head_inner) {
     return false;
   }

@@ -23,12 +23,13 @@ struct KVPageBoxes {
 };
 
 // Encodes K's and V's boxes (16-bit elements, the same coordinate order for both; or fp8 bytes
-// landing unswizzled as rows of box_dims bytes, up to 256, not with whole_rows); false when
-// the layout or alignment does not allow it (dims not contiguous, strides not multiples of 16
-// bytes, box_slots above 256 or the page size, K and V in different orders) or the driver
+// landing as rows of box_dims bytes, not with whole_rows: unswizzled, up to 256, or with
+// `fp8_swizzled` 128-byte rows in the 128-byte swizzle, chunk c of row r at c ^ (r % 8)); false
+// when the layout or alignment does not allow it (dims not contiguous, strides not multiples of
+// 16 bytes, box_slots above 256 or the page size, K and V in different orders) or the driver
 // refuses: the kernel then gathers with cp.async.
 bool encode_kv_page_boxes(const detail::KVCacheAccess& kv, int box_dims, int box_slots, KVPageBoxes& out,
-                          bool whole_rows = false);
+                          bool whole_rows = false, bool fp8_swizzled = false);
 
 // 16-bit caches with 16-token pages and head_dim 128, as whole-page boxes stored by slot
 // group: the 5-d tensor (dim % 64, slot % 8, dim / 64, G, H) whose box (64, 8, 2, 2, 1) is one
