@@ -117,11 +117,16 @@ __device__ __forceinline__ void tma_load_5d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
-// Asks L2 for a 5-d box without copying it anywhere (no barrier, no shared memory): the DRAM
+// Asks L2 for a 5-d (4-d) box without copying it anywhere (no barrier, no shared memory): the DRAM
 // starts on tiles the pipeline has no stage for yet.
 __device__ __forceinline__ void tma_prefetch_5d(const void* map, int c0, int c1, int c2, int c3, int c4) {
   asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];\n"
                ::"l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_4d(const void* map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
+               ::"l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
 

@@ -232,12 +232,12 @@ bool use_wide_ctas(const GridFill& g, const DecodePlan& plan) {
 constexpr std::int64_t kEntryPrefetchL2Share = 4;  // the bursts may ask 1/4 of L2
 constexpr std::int64_t kEntryPrefetchMaxTiles = 6;
 constexpr std::int64_t kTmaTileKeys = 16;  // keys per tile of the TMA kernel (its kTokens)
-// key_bytes: one key's K and V rows.
-int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, std::int64_t key_bytes, int device) {
+// warps: a CTA's; key_bytes: one key's K and V rows.
+int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, int warps, std::int64_t key_bytes, int device) {
   if (const auto forced = detail::env_int("PAGEDATTN_DECODE_ENTRY_PREFETCH", 0, 32)) return *forced;
   const std::int64_t l2 = cached_device_attribute(cudaDevAttrL2CacheSize, device);
   if (g.ctas * plan.cta_tokens * key_bytes <= l2) return kEntryPrefetchMaxTiles;  // the grid's K/V, at most
-  const std::int64_t per_tile = g.ctas * (wide ? 4 : 2) * kTmaTileKeys * key_bytes;  // one tile for every warp
+  const std::int64_t per_tile = g.ctas * warps * kTmaTileKeys * key_bytes;  // one tile for every warp
   return static_cast<int>(std::min(kEntryPrefetchMaxTiles, l2 / kEntryPrefetchL2Share / std::max<std::int64_t>(1, per_tile)));
 }
 
@@ -247,10 +247,17 @@ int entry_prefetch_tiles(const GridFill& g, const DecodePlan& plan, bool wide, s
 // GQA 256 x 2048 0.959, MHA 64 x 2048 0.947, MHA 16 x 4096 0.976, MHA 1 x 32768 (2048-key
 // splits) 0.989, head_dim 96 64 x 2048 0.907, GQA 64 x 2048 and 32 x 16384 1.001; shorter CTAs
 // lose (GQA 1 x 32768 in 512-key splits 1.049, 16 x 4096 in 1024-key splits 1.018): a CTA's
-// tiles in three shares leave each warp fewer. PAGEDATTN_DECODE_FP8_WIDE=0 / 1 forces two / three.
+// tiles in three shares leave each warp fewer. On TMA tiles only grids of more than one wave of
+// four three-warp CTAs per SM take them: there (v51, 2 rounds) d-b64's 512 CTAs ran 0.973x the
+// time with two warps, where 2048-CTA grids lost 5-6% with two (GQA 256 x 2048, MHA 64 x 2048);
+// on cp.async tiles d-b64 was even and head_dim 96's 512 CTAs gained 9% with three (v50).
+// PAGEDATTN_DECODE_FP8_WIDE=0 / 1 forces two / three.
 constexpr std::int64_t kFp8WideCtaTokens = 2048;
-bool use_wide_fp8_ctas(const DecodePlan& plan) {
-  return detail::env_switch("PAGEDATTN_DECODE_FP8_WIDE", plan.cta_tokens >= kFp8WideCtaTokens);
+constexpr std::int64_t kFp8WideCtasPerSm = 4;
+bool use_wide_fp8_ctas(const DecodePlan& plan, const GridFill& g, bool tma_tiles) {
+  const bool many_waves = g.ctas > kFp8WideCtasPerSm * g.sms;
+  return detail::env_switch("PAGEDATTN_DECODE_FP8_WIDE",
+                            plan.cta_tokens >= kFp8WideCtaTokens && (many_waves || !tma_tiles));
 }
 
 // Programmatic dependent launch needs sm_90.
@@ -481,8 +488,13 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   if (tma && is_fp8(p.kv.dtype)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    const bool fp8_wide = use_wide_fp8_ctas(plan);
-    if (report) kernel = std::string("tensor-core TMA, key rows, fp8 rows") + (fp8_wide ? ", 3 warps" : ", 2 warps");
+    const bool fp8_wide = use_wide_fp8_ctas(plan, fill, true);
+    const std::int64_t key_bytes = 2 * p.head_dim;
+    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, fp8_wide ? kFp8WideWarps : kMmaDecodeWarps, key_bytes, device);
+    if (report) {
+      kernel = std::string("tensor-core TMA, key rows, fp8 rows") + (fp8_wide ? ", 3 warps" : ", 2 warps") +
+               ", entry prefetch " + std::to_string(prm.entry_prefetch_tiles);
+    }
     if (p.kv.dtype == DType::kF8E4M3) launch_paged_decode_mma<Fp8E4M3, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
     else launch_paged_decode_mma<Fp8E5M2, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
 #endif
@@ -491,7 +503,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     const int d = static_cast<int>(p.head_dim);
     const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
     const std::int64_t key_bytes = 2 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
-    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide, key_bytes, device);
+    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide ? kWideWarps : kMmaDecodeWarps, key_bytes, device);
     const bool rows = choice.key_rows;
     if (report) {
       kernel = std::string("tensor-core TMA") + (rows ? ", key rows" : ", head rows") +
@@ -506,7 +518,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
     const int d = static_cast<int>(p.head_dim);
     const bool rows = choice.key_rows;
     const bool fp8_wide =
-        is_fp8(p.kv.dtype) && fp8_kernel_has_wide_ctas(d, rows, choice.vt) && use_wide_fp8_ctas(plan);
+        is_fp8(p.kv.dtype) && fp8_kernel_has_wide_ctas(d, rows, choice.vt) && use_wide_fp8_ctas(plan, fill, false);
     if (report) {
       kernel = std::string("tensor-core cp.async") + (rows ? ", key rows" : ", head rows") +
                (choice.vt ? ", V transposed" : "") + (fp8_wide ? ", 3 warps" : "") + ", L2 fetch " +

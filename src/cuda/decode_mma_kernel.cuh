@@ -696,14 +696,20 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
 #pragma unroll
     for (int j = 0; j < kFirstTiles; ++j) issue(j);
     if constexpr (kTma) {  // the warp's next tiles past the pipeline, asked of L2 at entry (prm.entry_prefetch_tiles)
-      if (tiles_done == 0 && lane == 0 && prm.tma_whole_rows) {
+      if (tiles_done == 0 && lane == 0 && (kFp8 || prm.tma_whole_rows)) {
         // The tiles of the static interleave: with balance_warps whichever warp takes them
         // finds them in L2.
         for (std::int64_t j = kFirstTiles; j < kFirstTiles + prm.entry_prefetch_tiles && static_tile(j) < n_tiles; ++j) {
           int page, slot;
           tile_page_slot(static_cast<int>(static_tile(j)), page, slot);
-          sm90::tma_prefetch_5d(&prm.k_tiles, 0, slot, 0, kv_head, page);
-          sm90::tma_prefetch_5d(&prm.v_tiles, 0, slot, 0, kv_head, page);
+          if constexpr (kFp8) {  // the 4-d maps of whole 128-byte rows
+            const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
+            sm90::tma_prefetch_4d(&prm.k_tiles, 0, c1, c2, page);
+            sm90::tma_prefetch_4d(&prm.v_tiles, 0, c1, c2, page);
+          } else {
+            sm90::tma_prefetch_5d(&prm.k_tiles, 0, slot, 0, kv_head, page);
+            sm90::tma_prefetch_5d(&prm.v_tiles, 0, slot, 0, kv_head, page);
+          }
         }
       }
     }
