@@ -11,11 +11,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/profile_common.sh"
 op=$1
 shift
-case $op in
-  decode) kernel=paged_decode skip=2 ;;
-  prefill) kernel=paged_prefill skip=1 ;;
-  *) echo "kernel_sass_hotspots.sh: the first argument is decode or prefill" >&2; exit 2 ;;
-esac
+pick_op_kernel kernel_sass_hotspots.sh "$op"
 for spec in "$@"; do
   parse_spec "$spec"
   report="$RESULTS_DIR/sass-$name"

@@ -9,11 +9,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/profile_common.sh"
 op=$1
 shift
-case $op in
-  decode) kernel=paged_decode skip=2 ;;
-  prefill) kernel=paged_prefill skip=1 ;;
-  *) echo "kernel_stalls.sh: the first argument is decode or prefill" >&2; exit 2 ;;
-esac
+pick_op_kernel kernel_stalls.sh "$op"
 reasons=(long_scoreboard short_scoreboard barrier membar mio_throttle lg_throttle math_pipe_throttle
          wait not_selected no_instruction dispatch_stall misc drain sleeping branch_resolving tex_throttle selected)
 metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,sm__cycles_elapsed.avg,smsp__warps_active.avg.per_cycle_active,smsp__issue_active.avg.per_cycle_active

@@ -15,3 +15,13 @@ parse_spec() {
   read -r -a opts <<<"${1#*:}"
   echo "==> $name: ${opts[*]}"
 }
+
+# pick_op_kernel SCRIPT OP: for `decode` or `prefill`, sets `kernel` (the ncu name regex of its
+# kernel) and `skip` (launches before the one profiled: the warm-up's); any other OP ends SCRIPT.
+pick_op_kernel() {
+  case $2 in
+    decode) kernel=paged_decode skip=2 ;;
+    prefill) kernel=paged_prefill skip=1 ;;
+    *) echo "$1: the first argument is decode or prefill" >&2; exit 2 ;;
+  esac
+}
