@@ -484,35 +484,33 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
   const int lanes = choice.lanes, g_tile = choice.g_tile;
   const bool report = decode_report_on();
   std::string kernel;  // for the report
-  const bool tma = use_tma_tiles(p, plan, choice, device, &prm);
-  if (tma && is_fp8(p.kv.dtype)) {
+  if (use_tma_tiles(p, plan, choice, device, &prm)) {
 #if defined(PAGEDATTN_WITH_SM90A)
     const int d = static_cast<int>(p.head_dim);
-    const bool fp8_wide = use_wide_fp8_ctas(plan, fill, true);
-    const std::int64_t key_bytes = 2 * p.head_dim;
-    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, fp8_wide ? kFp8WideWarps : kMmaDecodeWarps, key_bytes, device);
-    if (report) {
-      kernel = std::string("tensor-core TMA, key rows, fp8 rows") + (fp8_wide ? ", 3 warps" : ", 2 warps") +
-               ", entry prefetch " + std::to_string(prm.entry_prefetch_tiles);
-    }
-    if (p.kv.dtype == DType::kF8E4M3) launch_paged_decode_mma<Fp8E4M3, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
-    else launch_paged_decode_mma<Fp8E5M2, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
-#endif
-  } else if (tma) {
-#if defined(PAGEDATTN_WITH_SM90A)
-    const int d = static_cast<int>(p.head_dim);
-    const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
     const std::int64_t key_bytes = 2 * p.head_dim * static_cast<std::int64_t>(dtype_size(p.kv.dtype));
-    prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide ? kWideWarps : kMmaDecodeWarps, key_bytes, device);
-    const bool rows = choice.key_rows;
-    if (report) {
-      kernel = std::string("tensor-core TMA") + (rows ? ", key rows" : ", head rows") +
-               (pairs ? ", 2-tile steps" : ", 1-tile steps") + (wide ? ", 4 warps" : ", 2 warps") +
-               ", entry prefetch " + std::to_string(prm.entry_prefetch_tiles) +
-               (prm.tma_whole_rows ? ", whole-row boxes" : ", 64-dim boxes");
+    if (is_fp8(p.kv.dtype)) {  // the key-rows kernel at head_dim 128 (tma_tiles_may_apply)
+      const bool fp8_wide = use_wide_fp8_ctas(plan, fill, true);
+      prm.entry_prefetch_tiles =
+          entry_prefetch_tiles(fill, plan, fp8_wide ? kFp8WideWarps : kMmaDecodeWarps, key_bytes, device);
+      if (report) {
+        kernel = std::string("tensor-core TMA, key rows, fp8 rows") + (fp8_wide ? ", 3 warps" : ", 2 warps") +
+                 ", entry prefetch " + std::to_string(prm.entry_prefetch_tiles);
+      }
+      if (p.kv.dtype == DType::kF8E4M3) launch_paged_decode_mma<Fp8E4M3, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
+      else launch_paged_decode_mma<Fp8E5M2, __half, true>(prm, d, true, fp8_wide, true, grid, stream);
+    } else {
+      const bool pairs = use_pair_steps(fill, plan, p.group_size()), wide = use_wide_ctas(fill, plan);
+      prm.entry_prefetch_tiles = entry_prefetch_tiles(fill, plan, wide ? kWideWarps : kMmaDecodeWarps, key_bytes, device);
+      const bool rows = choice.key_rows;
+      if (report) {
+        kernel = std::string("tensor-core TMA") + (rows ? ", key rows" : ", head rows") +
+                 (pairs ? ", 2-tile steps" : ", 1-tile steps") + (wide ? ", 4 warps" : ", 2 warps") +
+                 ", entry prefetch " + std::to_string(prm.entry_prefetch_tiles) +
+                 (prm.tma_whole_rows ? ", whole-row boxes" : ", 64-dim boxes");
+      }
+      if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
+      else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
     }
-    if (p.kv.dtype == DType::kBF16) launch_paged_decode_mma<__nv_bfloat16, __nv_bfloat16, true>(prm, d, pairs, wide, rows, grid, stream);
-    else launch_paged_decode_mma<__half, __half, true>(prm, d, pairs, wide, rows, grid, stream);
 #endif
   } else if (choice.mma) {
     const int d = static_cast<int>(p.head_dim);

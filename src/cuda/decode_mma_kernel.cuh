@@ -83,8 +83,8 @@ struct MmaDecodeSmem {
   // 16 (r % 8) + 2 n + r / 8. K's A fragments come as 16-byte loads too: lane (gid, tig) reads
   // chunk 4 q + tig (k-steps 4 q .. 4 q + 3, a permutation of the dims that q's fragments take)
   // of its two keys. K and V rows are unpadded 128 bytes in key order whose 16-byte chunks are
-  // swizzled as the TMA unit's 128-byte swizzle places them (swizzled_chunk: chunk c of row r at
-  // c ^ (r % 8)); a quarter-warp's K loads (keys key_of_column(gid) of two gid, chunks of four
+  // swizzled as the TMA unit's 128-byte swizzle places them (sm90::swizzled_offset: chunk c of row
+  // r at c ^ (r % 8)); a quarter-warp's K loads (keys key_of_column(gid) of two gid, chunks of four
   // tig) then fall in distinct banks, and so do its V loads (keys tig + 4 i, chunks of two gid)
   // once the odd gid lane takes its keys in the order i ^ 1: 4 KB per stage and warp instead of
   // 5 (four three-warp CTAs fit an SM).
@@ -97,6 +97,7 @@ struct MmaDecodeSmem {
                                         : kFp8                  ? kD + 32
                                                                 : kRowElems * 2;
   static constexpr int kVStageRowBytes = kFp8 ? kD : kStageRowBytes;  // fp8 V rows are unpadded
+  static_assert(!kSwizzledChunks || (kStageRowBytes == 128 && kVStageRowBytes == 128), "swizzled rows are 128 bytes");
   static constexpr int kChunks = kD * static_cast<int>(sizeof(KV)) / 16;  // 16-byte chunks per row
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   static constexpr int kTileBytes = kTokens * kStageRowBytes;  // K's, and V's unless kVT
@@ -141,9 +142,6 @@ __device__ __forceinline__ int vt_offset(int d, int c) { return d * 32 + ((c ^ (
 
 // kVInRegs: the tile's key that is the MMAs' key column i (S^T's row i, P^T's row i).
 __device__ __forceinline__ int key_of_column(int i) { return (i & 8) | ((i >> 1) & 3) | ((i & 1) << 2); }
-// The place of 16-byte chunk c in staged row r of a tile with swizzled chunks (kSwizzledChunks):
-// the TMA unit's 128-byte swizzle of 128-byte rows (sm90::swizzled_offset).
-__device__ __forceinline__ int swizzled_chunk(int r, int c) { return c ^ (r & 7); }
 
 // KV: the cache's storage type; T: the 16-bit type the tensor cores multiply (q's dtype, or
 // f16 for fp8 caches).
@@ -314,10 +312,11 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
   };
   std::uint64_t* warp_bars = s_bars + warp * kStages;
   auto stage_parity = [&](std::int64_t j) { return (tile_index(j) / kStages) & 1; };
-  // Row r, chunk c of a staged K (is_v = 0) or V tile.
-  auto staged_chunk = [](int r, int c) { return Smem::kSwizzledChunks ? swizzled_chunk(r, c) : c; };
+  // Row r, chunk c of a staged K (is_v = 0) or V tile; swizzled chunks: 128-byte rows as the
+  // TMA unit writes them.
   auto chunk_ptr = [&](unsigned char* tile, int r, int c, int is_v) {
-    return tile + r * (is_v ? Smem::kVStageRowBytes : Smem::kStageRowBytes) + staged_chunk(r, c) * 16;
+    if constexpr (Smem::kSwizzledChunks) return tile + sm90::swizzled_offset(r, c, kTokens);
+    else return tile + r * (is_v ? Smem::kVStageRowBytes : Smem::kStageRowBytes) + c * 16;
   };
   // The 16-bit V tile the tensor cores read: the staged one, or (fp8) this warp's widened copy.
   T* wide = reinterpret_cast<T*>(s_region + kStages * kWarps * Smem::kStageWarpBytes + warp * Smem::kWideTileBytes);
@@ -390,6 +389,11 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       v_off = page * va.page_stride + slot * va.token_stride;
     };
 
+    // The head and slot coordinates of a 4-d box (KVPageBoxes' order) of the warp's KV head.
+    auto box_head_slot = [&](int slot, int& c1, int& c2) {
+      c1 = prm.tma_head_inner ? kv_head : slot;
+      c2 = prm.tma_head_inner ? slot : kv_head;
+    };
     // TMA tiles lie in one page: the page and slot of the chunk's tile t's first key.
     auto tile_page_slot = [&](int t, int& page, int& slot) {
       const auto local = static_cast<std::uint32_t>(tile_first_key(t) - cp0 * P);
@@ -420,7 +424,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         if (lane == 0 && t < n_tiles) {
           int page, slot;
           tile_page_slot(t, page, slot);
-          const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
+          int c1, c2;
+          box_head_slot(slot, c1, c2);
           std::uint64_t* bar = &warp_bars[stage_of(j)];
           sm90::mbarrier_arrive_expect_tx(bar, kFp8 ? 2 * Smem::kTileBytes : 2 * live_boxes * kTokens * 128);
           const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
@@ -525,7 +530,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
           int page, slot;
           tile_page_slot(static_cast<int>(static_tile(j)), page, slot);
           if constexpr (kFp8) {  // the 4-d maps of whole 128-byte rows
-            const int c1 = prm.tma_head_inner ? kv_head : slot, c2 = prm.tma_head_inner ? slot : kv_head;
+            int c1, c2;
+            box_head_slot(slot, c1, c2);
             sm90::tma_prefetch_4d(&prm.k_tiles, 0, c1, c2, page);
             sm90::tma_prefetch_4d(&prm.v_tiles, 0, c1, c2, page);
           } else {
@@ -564,8 +570,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             for (int i = lane; i < kTokens * kChunks; i += 32) {
               const int r = i / kChunks, c = i % kChunks;
               if (t0 + r < c_begin || t0 + r >= c_end) {
-                unsigned char* dst = kFp8 ? chunk_ptr(v_tile, r, c, 1) : v_tile + sm90::swizzled_offset(r, c, kTokens);
-                *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4*>(v_tile + sm90::swizzled_offset(r, c, kTokens)) = make_uint4(0, 0, 0, 0);
               }
             }
             sm90::fence_shared_for_async();  // before a later box lands on these rows
