@@ -375,10 +375,15 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     // Tiles start at multiples of kTokens, so with page sizes that are multiples of kTokens a
     // tile never straddles pages; keys of a tile outside [c_begin, c_end) are masked.
     const std::int64_t c_lo = c_begin - c_begin % kTokens;
-    const std::int64_t n_tiles = ceil_div(c_end - c_lo, kTokens);
-    // The first key of the chunk's tile t, and the tile the static interleave makes the warp's j-th.
+    // A chunk's keys relative to c_lo fit 32 bits (lengths are 32-bit), and so does its tile
+    // count: the loop's per-tile arithmetic stays in 32 bits (a 64-bit compare, min or add takes
+    // two instructions).
+    const int n_tiles = static_cast<int>(ceil_div(c_end - c_lo, kTokens));
+    const int begin_rel = static_cast<int>(c_begin - c_lo), end_rel = static_cast<int>(c_end - c_lo);
+    // The first key of the chunk's tile t (absolute, and relative to c_lo), and the tile the
+    // static interleave makes the warp's j-th (one past the chunk's tiles once they run out).
     auto tile_first_key = [&](int t) { return c_lo + static_cast<std::int64_t>(t) * kTokens; };
-    auto static_tile = [&](std::int64_t j) { return warp + j * kWarps; };
+    auto static_tile = [&](std::int64_t j) { return min(warp + static_cast<int>(j) * kWarps, n_tiles); };
     // Element offsets of token t's row in K and V (this lane's chunk), through the page table.
     auto row_offset = [&](std::int64_t t, std::int64_t& k_off, std::int64_t& v_off) {
       const auto local = static_cast<std::uint32_t>(t - cp0 * P);
@@ -395,8 +400,9 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       c2 = prm.tma_head_inner ? slot : kv_head;
     };
     // TMA tiles lie in one page: the page and slot of the chunk's tile t's first key.
+    const auto c_lo_local = static_cast<std::uint32_t>(c_lo - cp0 * P);  // c_lo within the chunk's pages
     auto tile_page_slot = [&](int t, int& page, int& slot) {
-      const auto local = static_cast<std::uint32_t>(tile_first_key(t) - cp0 * P);
+      const std::uint32_t local = c_lo_local + static_cast<std::uint32_t>(t) * kTokens;
       const std::uint32_t page_idx = prm.page_div.div(local);
       page = s_pages[page_idx];
       slot = static_cast<int>(local - page_idx * static_cast<std::uint32_t>(P));
@@ -405,14 +411,18 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     // (prm.balance_warps) the next the CTA's warps have not taken, so a warp that streams faster
     // takes more and the CTA's warps end together (their static shares drift apart by
     // microseconds; H100: GQA d-mid16 -1%, fp8 16 x 4096 -1.5%; docs/perf-notes.md v42). Lengths are
-    // 32-bit, so is a chunk's tile count. Lane 0 takes it and notes it in the stage's ring entry
-    // for the loop; one past the chunk's tiles ends the warp's loop there. Lane 0's value.
+    // 32-bit, so is a chunk's tile count. Lane 0 takes it and, when the warps balance, notes it
+    // in the stage's ring entry for the loop (the static interleave's tile the loop computes
+    // itself); one past the chunk's tiles ends the warp's loop there. Lane 0's value.
     auto claim = [&](std::int64_t j) {
       int t = 0;
       if (lane == 0) {
-        t = j >= kFirstTiles && prm.balance_warps ? atomicAdd(chunk_next, 1)
-                                                  : static_cast<int>(min(static_tile(j), n_tiles));
-        s_ring[warp * kStages + stage_of(j)] = t;
+        if (prm.balance_warps) {
+          t = j >= kFirstTiles ? atomicAdd(chunk_next, 1) : static_tile(j);
+          s_ring[warp * kStages + stage_of(j)] = t;
+        } else {
+          t = static_tile(j);
+        }
       }
       return t;
     };
@@ -528,7 +538,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         // finds them in L2.
         for (std::int64_t j = kFirstTiles; j < kFirstTiles + prm.entry_prefetch_tiles && static_tile(j) < n_tiles; ++j) {
           int page, slot;
-          tile_page_slot(static_cast<int>(static_tile(j)), page, slot);
+          tile_page_slot(static_tile(j), page, slot);
           if constexpr (kFp8) {  // the 4-d maps of whole 128-byte rows
             int c1, c2;
             box_head_slot(slot, c1, c2);
@@ -544,15 +554,16 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     std::int64_t consumed = 0;  // the warp's tiles of this chunk
     for (std::int64_t j = 0;; j += kStep) {
       __syncwarp();  // every lane is done reading the stages about to be refilled
-      // The first key of each of the step's tiles, and how many of them exist: with an odd count
-      // the last step has one (warp-uniform): from the ring, written when they were issued.
-      std::int64_t t0s[kStep];
+      // The first key of each of the step's tiles relative to c_lo, and how many of them exist:
+      // with an odd count the last step has one (warp-uniform): from the ring, written when they
+      // were claimed, or the static interleave's.
+      int t0s[kStep];
       int step_tiles = kStep;
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
-        const int t = s_ring[warp * kStages + stage_of(j + h)];
+        const int t = prm.balance_warps ? s_ring[warp * kStages + stage_of(j + h)] : static_tile(j + h);
         if (t >= n_tiles) step_tiles = min(step_tiles, h);
-        t0s[h] = tile_first_key(t);
+        t0s[h] = t * kTokens;
       }
       if (step_tiles <= 0) break;
       consumed += step_tiles;
@@ -563,13 +574,13 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
         for (int h = 0; h < kStep; ++h) {
           if (h >= step_tiles) break;  // never issued
           sm90::mbarrier_wait(&warp_bars[stage_of(j + h)], stage_parity(j + h));
-          const std::int64_t t0 = t0s[h];
-          if (t0 < c_begin || t0 + kTokens > c_end) {  // zero the V rows outside the keys (may hold NaN)
+          const int t0 = t0s[h];
+          if (t0 < begin_rel || t0 + kTokens > end_rel) {  // zero the V rows outside the keys (may hold NaN)
             unsigned char* v_tile = stage_ptr(j + h, 1);
 #pragma unroll
             for (int i = lane; i < kTokens * kChunks; i += 32) {
               const int r = i / kChunks, c = i % kChunks;
-              if (t0 + r < c_begin || t0 + r >= c_end) {
+              if (t0 + r < begin_rel || t0 + r >= end_rel) {
                 *reinterpret_cast<uint4*>(v_tile + sm90::swizzled_offset(r, c, kTokens)) = make_uint4(0, 0, 0, 0);
               }
             }
@@ -719,10 +730,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       const int key_row0 = kKeyRows && Smem::kVInRegs ? key_of_column(gid) : gid;  // kKeyRows: key of row gid
 #pragma unroll
       for (int h = 0; h < kStep; ++h) {
-        const std::int64_t t0 = t0s[h];
-        const int lo = static_cast<int>(min(max(c_begin - t0, std::int64_t{0}), std::int64_t{kTokens}));
-        const int hi = static_cast<int>(min(max(c_end - t0, std::int64_t{0}), std::int64_t{kTokens}));
-        const float t0_from_q = static_cast<float>(t0 - q_pos);
+        const int t0 = t0s[h];
+        const int lo = min(max(begin_rel - t0, 0), kTokens), hi = min(max(end_rel - t0, 0), kTokens);
 #pragma unroll
         for (int nt = 0; nt < kScTiles / kStep; ++nt) {
 #pragma unroll
@@ -733,6 +742,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             if (!plain) {
               x *= s_mul;
               if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
+              const float t0_from_q = static_cast<float>(c_lo + t0 - q_pos);
               x = (x + slope[r] * (t0_from_q + static_cast<float>(k))) * kLog2e;
             }
             x = k >= lo && k < hi ? x : kNegInf;

@@ -202,6 +202,12 @@ std::vector<Case> cases() {
   { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 4; c.num_kv_heads = 4; c.layout = KVLayout::kVllmSplit; c.csr = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 8; c.num_kv_heads = 4; c.q_amp = 200000.0f; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
   { Case c; c.kv = DType::kF8E5M2; c.num_q_heads = 32; c.num_kv_heads = 32; c.head_dim = 80; c.lens = {2100, 1, 513}; out.push_back(c); }
+  // fp8 groups of 4 at head_dim 128 (TMA tiles on Hopper) with more than two KV heads and
+  // per-head scales: tiles cut at both ends of a window; HND in pages of 32 with a CSR table and
+  // split-K with variants; 32/8 heads in one pass over a row of 4100 keys.
+  { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 16; c.num_kv_heads = 4; c.window = 40; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E5M2; c.num_q_heads = 16; c.num_kv_heads = 4; c.layout = KVLayout::kHND; c.page_size = 32; c.csr = true; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 32; c.num_kv_heads = 8; c.per_head_scales = true; c.variant = DecodeVariant::kOnePass; c.lens = {4100, 2048}; out.push_back(c); }
   return out;
 }
 
