@@ -380,8 +380,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     // two instructions).
     const int n_tiles = static_cast<int>(ceil_div(c_end - c_lo, kTokens));
     const int begin_rel = static_cast<int>(c_begin - c_lo), end_rel = static_cast<int>(c_end - c_lo);
-    // The first key of the chunk's tile t (absolute, and relative to c_lo), and the tile the
-    // static interleave makes the warp's j-th (one past the chunk's tiles once they run out).
+    // The first key of the chunk's tile t (the loop keeps t * kTokens, relative to c_lo), and the
+    // tile the static interleave makes the warp's j-th (one past the chunk's tiles once they run out).
     auto tile_first_key = [&](int t) { return c_lo + static_cast<std::int64_t>(t) * kTokens; };
     auto static_tile = [&](std::int64_t j) { return min(warp + static_cast<int>(j) * kWarps, n_tiles); };
     // Element offsets of token t's row in K and V (this lane's chunk), through the page table.
@@ -732,6 +732,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       for (int h = 0; h < kStep; ++h) {
         const int t0 = t0s[h];
         const int lo = min(max(begin_rel - t0, 0), kTokens), hi = min(max(end_rel - t0, 0), kTokens);
+        const float t0_from_q = static_cast<float>(c_lo + t0 - q_pos);  // ALiBi's distance of key 0
 #pragma unroll
         for (int nt = 0; nt < kScTiles / kStep; ++nt) {
 #pragma unroll
@@ -742,7 +743,6 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
             if (!plain) {
               x *= s_mul;
               if (soft_cap > 0.0f) x = soft_cap * tanhf(x / soft_cap);
-              const float t0_from_q = static_cast<float>(c_lo + t0 - q_pos);
               x = (x + slope[r] * (t0_from_q + static_cast<float>(k))) * kLog2e;
             }
             x = k >= lo && k < hi ? x : kNegInf;
