@@ -413,7 +413,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
     // microseconds; H100: GQA d-mid16 -1%, fp8 16 x 4096 -1.5%; docs/perf-notes.md v42). Lengths are
     // 32-bit, so is a chunk's tile count. Lane 0 takes it and, when the warps balance, notes it
     // in the stage's ring entry for the loop (the static interleave's tile the loop computes
-    // itself); one past the chunk's tiles ends the warp's loop there. Lane 0's value.
+    // itself); one past the chunk's tiles ends the warp's loop there. Lane 0's value. (The TMA
+    // path claims a step's tiles itself, in issue_boxes.)
     auto claim = [&](std::int64_t j) {
       int t = 0;
       if (lane == 0) {
@@ -426,43 +427,60 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       }
       return t;
     };
-    auto issue = [&](std::int64_t j) {
-      if constexpr (kTma) {
-        const int t = claim(j);
+    // The TMA path: the warp's tiles j0 .. j0 + count - 1, each claimed and issued by its own
+    // lane (lane h: tile j0 + h), so a step's claims, page lookups and barrier arithmetic run
+    // side by side instead of one after another on lane 0 (H200: 0.2-1.3% on fp8 and bf16,
+    // docs/perf-notes.md v54). Balancing warps claim the step's tiles with one atomic add, so
+    // that the lanes' tiles rise with their stages as the loop's end test assumes (one add a
+    // lane could hand them out in any order and leave a tile issued but never waited for).
+    auto issue_boxes = [&](std::int64_t j0, int count) {
+      if constexpr (kTma) {  // the cp.async instances have no barriers or tensor maps
+        static_assert(kFirstTiles <= 32 && kStep <= 32, "a lane a tile");
+        int claimed = 0;
+        const bool counted = prm.balance_warps && j0 >= kFirstTiles;  // j0 is 0 or past the first tiles
+        if (counted) {
+          if (lane == 0) claimed = atomicAdd(chunk_next, count);
+          claimed = __shfl_sync(0xffffffffu, claimed, 0) + lane;
+        }
+        if (lane >= count) return;
+        const std::int64_t j = j0 + lane;
+        const int t = counted ? claimed : static_tile(j);
+        if (prm.balance_warps) s_ring[warp * kStages + stage_of(j)] = t;
         // The tile lies in one page (page_tiles); keys of it outside [c_begin, c_end) are in
         // that page too, so the boxes never leave the pool (their V rows are zeroed on arrival).
-        if (lane == 0 && t < n_tiles) {
-          int page, slot;
-          tile_page_slot(t, page, slot);
-          int c1, c2;
-          box_head_slot(slot, c1, c2);
-          std::uint64_t* bar = &warp_bars[stage_of(j)];
-          sm90::mbarrier_arrive_expect_tx(bar, kFp8 ? 2 * Smem::kTileBytes : 2 * live_boxes * kTokens * 128);
-          const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
-          const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
-          // K and V are read once: their lines go first when L2 needs room (H100, whole-row
-          // boxes: d-long1 -2.3%, 4 x 8192 -2.8%, d-b256 -1.3%; shared-prefix pages and the
-          // cascade unchanged; why it pays is not measured, see docs/perf-notes.md). The
-          // cp.async copies below carry none: with one, nvcc 13.0 emitted copies that fault as
-          // illegal instructions (docs/perf-notes.md, v36).
-          const std::uint64_t kv_policy = sm90::l2_evict_first_policy();
-          if constexpr (kFp8) {  // one box of 16 whole 128-byte rows each
-            sm90::tma_load_4d(k_dst, &prm.k_tiles, 0, c1, c2, page, bar, kv_policy);
-            sm90::tma_load_4d(v_dst, &prm.v_tiles, 0, c1, c2, page, bar, kv_policy);
-          } else if (prm.tma_whole_rows) {
-            sm90::tma_load_5d(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
-            sm90::tma_load_5d(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
-          } else {
+        if (t >= n_tiles) return;
+        int page, slot;
+        tile_page_slot(t, page, slot);
+        int c1, c2;
+        box_head_slot(slot, c1, c2);
+        std::uint64_t* bar = &warp_bars[stage_of(j)];
+        sm90::mbarrier_arrive_expect_tx(bar, kFp8 ? 2 * Smem::kTileBytes : 2 * live_boxes * kTokens * 128);
+        const std::uint32_t k_dst = sm90::smem_address(stage_ptr(j, 0));
+        const std::uint32_t v_dst = sm90::smem_address(stage_ptr(j, 1));
+        // K and V are read once: their lines go first when L2 needs room (H100, whole-row
+        // boxes: d-long1 -2.3%, 4 x 8192 -2.8%, d-b256 -1.3%; H200: without it 10-18% slower;
+        // shared-prefix pages and the cascade unchanged; see docs/perf-notes.md). The cp.async
+        // copies below carry none: with one, nvcc 13.0 emitted copies that fault as illegal
+        // instructions (docs/perf-notes.md, v36).
+        const std::uint64_t kv_policy = sm90::l2_evict_first_policy();
+        if constexpr (kFp8) {  // one box of 16 whole 128-byte rows each
+          sm90::tma_load_4d(k_dst, &prm.k_tiles, 0, c1, c2, page, bar, kv_policy);
+          sm90::tma_load_4d(v_dst, &prm.v_tiles, 0, c1, c2, page, bar, kv_policy);
+        } else if (prm.tma_whole_rows) {
+          sm90::tma_load_5d(k_dst, &prm.k_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
+          sm90::tma_load_5d(v_dst, &prm.v_tiles, 0, slot, 0, kv_head, page, bar, kv_policy);
+        } else {
 #pragma unroll
-            for (int h = 0; h < kD / 64; ++h) {
-              if (h >= live_boxes) break;
-              sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar, kv_policy);
-              sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar, kv_policy);
-            }
+          for (int h = 0; h < kD / 64; ++h) {
+            if (h >= live_boxes) break;
+            sm90::tma_load_4d(k_dst + h * kTokens * 128, &prm.k_tiles, 64 * h, c1, c2, page, bar, kv_policy);
+            sm90::tma_load_4d(v_dst + h * kTokens * 128, &prm.v_tiles, 64 * h, c1, c2, page, bar, kv_policy);
           }
         }
-        return;
       }
+    };
+    // The cp.async path: the warp's tile j, copied by all lanes.
+    auto issue_copies = [&](std::int64_t j) {
       const int tile = __shfl_sync(0xffffffffu, claim(j), 0);
       if (tile < n_tiles) {
         const std::int64_t t0 = tile_first_key(tile);
@@ -530,8 +548,12 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       cp_async_commit();
     };
 
+    if constexpr (kTma) {
+      issue_boxes(0, kFirstTiles);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kFirstTiles; ++j) issue(j);
+      for (int j = 0; j < kFirstTiles; ++j) issue_copies(j);
+    }
     if constexpr (kTma) {  // the warp's next tiles past the pipeline, asked of L2 at entry (prm.entry_prefetch_tiles)
       if (tiles_done == 0 && lane == 0 && (kFp8 || prm.tma_whole_rows)) {
         // The tiles of the static interleave: with balance_warps whichever warp takes them
@@ -567,8 +589,12 @@ __global__ void __launch_bounds__(32 * kCtaWarps)
       }
       if (step_tiles <= 0) break;
       consumed += step_tiles;
+      if constexpr (kTma) {
+        issue_boxes(j + kFirstTiles, kStep);
+      } else {
 #pragma unroll
-      for (int h = 0; h < kStep; ++h) issue(j + kFirstTiles + h);
+        for (int h = 0; h < kStep; ++h) issue_copies(j + kFirstTiles + h);
+      }
       if constexpr (kTma) {
 #pragma unroll
         for (int h = 0; h < kStep; ++h) {
