@@ -1,11 +1,13 @@
 // `pagedattn bench decode|prefill|cascade`: the benchmarks of BENCHMARKS.md, each beside the
 // machine's ceiling measured in the same run. Prints a table, or JSON records (one per line).
+#include <charconv>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "benchmarks.h"
@@ -39,6 +41,7 @@ struct BenchOptions {
   std::int64_t seq_len = 2048;
   bool standard_shapes = false;  // GPU: the BENCHMARKS.md decode table instead of one shape
   bool ragged = false;           // GPU decode: lengths uniform in [1, seq_len] instead of seq_len
+  std::vector<std::string> seq_lens;  // GPU decode: LEN or LENxCOUNT items, the batch's lengths in order
   // prefill
   std::string dtype = "bf16";
   std::string kv_dtype;  // empty: dtype
@@ -139,7 +142,39 @@ int run_reported(const BenchOptions& o, Run&& run) {
   return report(o, out, records);
 }
 
+constexpr std::int64_t kMaxSeqLen = 1 << 24, kMaxSequences = 1 << 20;
+
+// One --seq-lens item, LEN or LENxCOUNT (e.g. 2112x33, COUNT sequences of LEN tokens): the empty
+// string, or what is wrong with it.
+std::string parse_seq_lens_item(const std::string& item, std::int64_t& len, std::int64_t& count) {
+  const std::string bad = "'" + item + "' is not LEN or LENxCOUNT with LEN in [1, " +
+                          std::to_string(kMaxSeqLen) + "] and COUNT in [1, " + std::to_string(kMaxSequences) + "]";
+  count = 1;
+  const char* const end = item.data() + item.size();
+  const auto [after_len, len_error] = std::from_chars(item.data(), end, len);
+  if (len_error != std::errc() || len < 1 || len > kMaxSeqLen) return bad;
+  if (after_len == end) return {};
+  if (*after_len != 'x') return bad;
+  const auto [after_count, count_error] = std::from_chars(after_len + 1, end, count);
+  if (count_error != std::errc() || after_count != end || count < 1 || count > kMaxSequences) return bad;
+  return {};
+}
+
 #if defined(PAGEDATTN_BENCH_CUDA)
+// --seq-lens' items as the batch's lengths in order.
+std::vector<std::int64_t> lengths_from_items(const std::vector<std::string>& items) {
+  std::vector<std::int64_t> lens;
+  for (const std::string& item : items) {
+    std::int64_t len = 0, count = 0;
+    const std::string error = parse_seq_lens_item(item, len, count);
+    check_arg(error.empty(), "--seq-lens: " + error);
+    check_arg(count <= kMaxSequences - static_cast<std::int64_t>(lens.size()),
+              "--seq-lens: more than " + std::to_string(kMaxSequences) + " sequences");
+    lens.insert(lens.end(), static_cast<std::size_t>(count), len);
+  }
+  return lens;
+}
+
 // GPU decode: one shape per KV dtype from the options, or the whole BENCHMARKS.md table.
 int run_cuda_decode(const BenchOptions& o, const Device& device) {
   bench::CudaDecodeBenchConfig c;
@@ -155,9 +190,14 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
     for (const std::string& d : o.kv_dtypes) {
       bench::CudaDecodeShape shape;
       const std::int64_t batch = o.batch > 0 ? o.batch : 16;
-      shape.name = fmt::format("b{}x{}{}", batch, o.ragged ? "r" : "", o.seq_len);
-      shape.lens = o.ragged ? bench::ragged_lengths(batch, o.seq_len, o.seed)
-                            : std::vector<std::int64_t>(static_cast<std::size_t>(batch), o.seq_len);
+      if (!o.seq_lens.empty()) {
+        shape.lens = lengths_from_items(o.seq_lens);
+        shape.name = fmt::format("b{}x[{}]", shape.lens.size(), fmt::join(o.seq_lens, ","));
+      } else {
+        shape.name = fmt::format("b{}x{}{}", batch, o.ragged ? "r" : "", o.seq_len);
+        shape.lens = o.ragged ? bench::ragged_lengths(batch, o.seq_len, o.seed)
+                              : std::vector<std::int64_t>(static_cast<std::size_t>(batch), o.seq_len);
+      }
       apply_shape_options(o, shape);
       shape.kv_dtype = parse_dtype(d);
       shape.q_dtype = parse_dtype(o.q_dtype);
@@ -240,6 +280,7 @@ int run_decode(const BenchOptions& o) {
   check_arg(!o.standard_shapes, "--standard-shapes: only with --device cuda");
   check_arg(o.partition_size == 0, "--partition-size: only with --device cuda");
   check_arg(!o.ragged, "--ragged: only with --device cuda");
+  check_arg(o.seq_lens.empty(), "--seq-lens: only with --device cuda");
   check_arg(o.launch == "graph", "--launch: only with --device cuda");
   check_arg(!o.nondeterministic, "--nondeterministic: only with --device cuda");
   bench::DecodeBenchConfig c;
@@ -326,6 +367,19 @@ void add_bench_command(CLI::App& app, Action& action) {
   decode_shape.options.push_back(decode->add_flag("--ragged", d->ragged,
                                                   "GPU only: lengths uniform in [1, --seq-len] drawn with --seed instead "
                                                   "of --seq-len each (d-ragged's: --batch 128 --seq-len 8192 --seed 2024)"));
+  CLI::Option* seq_lens =
+      decode->add_option("--seq-lens", d->seq_lens,
+                         "GPU only: the batch's lengths in order, as LEN or LENxCOUNT items, comma separated "
+                         "(e.g. 2112x33,1984x31), instead of --batch, --seq-len and --ragged")
+          ->delimiter(',')
+          ->check(CLI::Validator(
+              [](std::string& item) {  // the sequence count over all items is checked when the shape is built
+                std::int64_t len = 0, count = 0;
+                return parse_seq_lens_item(item, len, count);
+              },
+              "LEN[xCOUNT]"));
+  for (const char* name : {"--batch", "--seq-len", "--ragged"}) seq_lens->excludes(decode->get_option(name));
+  decode_shape.options.push_back(seq_lens);
   decode_shape.excluded_by(decode->add_flag("--standard-shapes", d->standard_shapes,
                                             "GPU only: run the whole decode table of BENCHMARKS.md (in --layout, at --head-dim)"));
   decode->add_option("--partition-size", d->partition_size,

@@ -28,6 +28,12 @@ expect_usage_error "--launch: only with --device cuda" bench decode --launch cal
 expect_usage_error "--nondeterministic: only with --device cuda" bench decode --nondeterministic
 expect_usage_error "--ragged: only with --device cuda" bench decode --ragged
 expect_usage_error "excludes" bench decode --device cuda --standard-shapes --ragged
+expect_usage_error "--seq-lens: only with --device cuda" bench decode --seq-lens 2048x4,1024
+expect_usage_error "'0x3' is not LEN or LENxCOUNT" bench decode --seq-lens 0x3
+expect_usage_error "'16x' is not LEN or LENxCOUNT" bench decode --seq-lens 64,16x
+expect_usage_error "'16x2y' is not LEN or LENxCOUNT" bench decode --seq-lens 16x2y
+expect_usage_error "excludes" bench decode --seq-lens 16 --ragged
+expect_usage_error "excludes" bench decode --seq-lens 16 --batch 4
 expect_usage_error "eager not in {graph,calls}" bench decode --device cuda --launch eager
 # An --out that cannot be written is reported before the benchmark runs (it would print records).
 out="$(timeout 60 "$prog" bench decode --seq-len 16 --batch 1 --iters 1 --warmup 0 --json --out "$tmp/missing/x.json" 2>/dev/null)"
