@@ -189,11 +189,11 @@ int run_cuda_decode(const BenchOptions& o, const Device& device) {
   } else {
     for (const std::string& d : o.kv_dtypes) {
       bench::CudaDecodeShape shape;
-      const std::int64_t batch = o.batch > 0 ? o.batch : 16;
       if (!o.seq_lens.empty()) {
         shape.lens = lengths_from_items(o.seq_lens);
         shape.name = fmt::format("b{}x[{}]", shape.lens.size(), fmt::join(o.seq_lens, ","));
       } else {
+        const std::int64_t batch = o.batch > 0 ? o.batch : 16;
         shape.name = fmt::format("b{}x{}{}", batch, o.ragged ? "r" : "", o.seq_len);
         shape.lens = o.ragged ? bench::ragged_lengths(batch, o.seq_len, o.seed)
                               : std::vector<std::int64_t>(static_cast<std::size_t>(batch), o.seq_len);
