@@ -46,6 +46,44 @@ def graph_replay(fn, warmup=3):
     return graph.replay
 
 
+def mt19937_64(seed):
+    """The outputs of std::mt19937_64(seed), the engine the C++ standard specifies."""
+    n, m, mask = 312, 156, (1 << 64) - 1
+    state = [seed & mask]
+    for i in range(1, n):
+        state.append((6364136223846793005 * (state[-1] ^ (state[-1] >> 62)) + i) & mask)
+    index = n
+    while True:
+        if index >= n:
+            for i in range(n):
+                x = (state[i] & 0xFFFFFFFF80000000) | (state[(i + 1) % n] & 0x7FFFFFFF)
+                state[i] = state[(i + m) % n] ^ (x >> 1) ^ (0xB5026F5AA96619E9 if x & 1 else 0)
+            index = 0
+        y = state[index]
+        index += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        yield y ^ (y >> 43)
+
+
+def ragged_lengths(count, max_len, seed):
+    """The lengths bench/cuda_decode_bench.cpp's ragged_lengths draws (d-ragged: 128, 8192, 2024):
+    std::uniform_int_distribution(1, max_len) over std::mt19937_64(seed), as GCC's libstdc++
+    computes it for a 64-bit engine (the high half of a 128-bit product, Lemire's rejection), so
+    that the competitors time the very batch pagedattn does (d-ragged: 539565 tokens)."""
+    rng, span, mask = mt19937_64(seed), max_len, (1 << 64) - 1
+    lengths = []
+    for _ in range(count):
+        product = next(rng) * span
+        if product & mask < span:
+            threshold = ((1 << 64) - span) % span
+            while product & mask < threshold:
+                product = next(rng) * span
+        lengths.append(1 + (product >> 64))
+    return lengths
+
+
 def write_records(path, records):
     """One JSON object a line, as the C++ benchmarks write them."""
     with open(path, "w") as f:

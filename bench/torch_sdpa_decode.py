@@ -12,12 +12,11 @@ case once in a CUDA graph and times its replays, as `pagedattn bench decode` doe
 """
 import argparse
 import json
-import random
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_bench import graph_replay, time_us, write_records
+from torch_bench import graph_replay, ragged_lengths, time_us, write_records
 
 SHAPES = [("d-long1", [32768]), ("d-mid16", [4096] * 16), ("d-b64", [2048] * 64),
           ("d-b256", [1024] * 256), ("d-b32-16k", [16384] * 32)]
@@ -25,10 +24,9 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
 
 
 def ragged_lens():
-    # The same 128 lengths as the C++ benchmark would need a shared generator; a padded batch
-    # is what SDPA users run for ragged decode, so time the padded maximum instead.
-    rng = random.Random(2024)
-    return [rng.randint(1, 8192) for _ in range(128)]
+    # d-ragged's 128 lengths, the C++ benchmark's own; SDPA times them padded to the longest (a
+    # padded batch is what SDPA users run for ragged decode), its rate counting the valid bytes.
+    return ragged_lengths(128, 8192, 2024)
 
 
 def custom_shapes(text):

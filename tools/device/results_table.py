@@ -9,7 +9,11 @@ optional third file, bench/torch_read_floor.py's records: the faster of two cont
 one-launch streams of the shape's bytes (a row reduction, a copy), as a percentage of the same
 copy ceiling. A fourth file, bench/cuda_paged_read_probe's records, adds the paged floor: the same
 bytes read through shuffled pages by a kernel that does nothing else (its fastest record of
-shuffled pages per shape), rated against the ceiling its own run measured."""
+shuffled pages per shape), rated against the ceiling its own run measured.
+The competitor file may hold contiguous-cache records (PyTorch SDPA, layout "contiguous") and
+paged ones (FlashInfer's paged decode, bench/flashinfer_decode.py): each kind gets its own
+"fastest" columns, the paged one per KV dtype too, since a paged competitor reads the same
+cache as pagedattn (fp8 included) where SDPA reads a bf16 copy without a page table."""
 import json
 import statistics
 import sys
@@ -33,27 +37,31 @@ def main():
     # Interleaved rounds (the suite's DECODE_ROUNDS): one row per case, the medians over rounds.
     mine = median_rounds(ours, lambda r: (r["shape"], r["num_q_heads"], r["num_kv_heads"], r["kv_dtype"],
                                           r["page_size"], r.get("layout", "nhd")))
-    best = {}
-    for r in median_rounds(theirs, lambda r: (r["shape"], r["num_q_heads"], r["num_kv_heads"], r["backend"])).values():
-        key = (r["shape"], r["num_q_heads"], r["num_kv_heads"])
-        if key not in best or r["time_us_median"] < best[key]["time_us_median"]:
-            best[key] = r
+    theirs_rounds = median_rounds(theirs, lambda r: (r["shape"], r["num_q_heads"], r["num_kv_heads"],
+                                                      r.get("kv_dtype", "bf16"), r["backend"])).values()
+    best = fastest_by(lambda r: (r["shape"], r["num_q_heads"], r["num_kv_heads"]),
+                      (r for r in theirs_rounds if r.get("layout") == "contiguous"))
+    best_paged = fastest_by(lambda r: (r["shape"], r["num_q_heads"], r["num_kv_heads"], r.get("kv_dtype", "bf16")),
+                            (r for r in theirs_rounds if r.get("layout", "contiguous") != "contiguous"))
     rounds = max([r["rounds"] for r in mine.values()] + [1])
     print(f"Device: {ours[0]['device']}; copy ceiling {ours[0]['ceiling_gbps']:.0f} GB/s"
           + (f" (first round); medians of {rounds} interleaved rounds, each rated against its own round's ceiling"
              if rounds > 1 else "") if ours else "")
     print()
     floor_head = (" stream floor % |" if floors else "") + (" paged floor % |" if paged_floors else "")
+    paged_head = " fastest paged | its µs | speed-up |" if best_paged else ""
     print("| shape | heads q/kv | kv dtype | page | time µs (median) | GB/s | % of copy ceiling | fastest SDPA | SDPA µs | speed-up |"
-          + floor_head)
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if floors else "") + ("---|" if paged_floors else ""))
+          + paged_head + floor_head)
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if best_paged else "")
+          + ("---|" if floors else "") + ("---|" if paged_floors else ""))
     for r in mine.values():
         key = (r["shape"], r["num_q_heads"], r["num_kv_heads"])
         comp = best.get(key) if r["kv_dtype"] == "bf16" and r["page_size"] == 16 else None
-        comp_cols = (f"{comp['backend']} | {comp['time_us_median']:.1f} | {comp['time_us_median'] / r['time_us_median']:.2f}x"
-                     if comp else "- | - | -")
+        # A paged competitor runs pages of 16 (BENCHMARKS.md's): compared at that page size only.
+        paged = best_paged.get(key + (r["kv_dtype"],)) if r["page_size"] == 16 else None
         print(f"| {r['shape']} | {r['num_q_heads']}/{r['num_kv_heads']} | {r['kv_dtype']} | {r['page_size']} | "
-              f"{r['time_us_median']:.1f} | {r['achieved_gbps']:.0f} | {100 * r['ratio_to_ceiling']:.1f} | {comp_cols} |"
+              f"{r['time_us_median']:.1f} | {r['achieved_gbps']:.0f} | {100 * r['ratio_to_ceiling']:.1f} | "
+              f"{competitor_cells(comp, r)} |" + (f" {competitor_cells(paged, r)} |" if best_paged else "")
               + (floor_cell(floors.get((r["shape"], r["num_kv_heads"])), r) if floors else "")
               + (floor_cell(paged_floors.get((r["shape"], r["num_kv_heads"])), r) if paged_floors else ""))
     print_time_ratios(mine.values())
@@ -72,6 +80,22 @@ def print_time_ratios(rows):
         print()
         print("d-b64 (GQA 32/8) time against bf16 at page 16:")
         print("\n".join(lines))
+
+
+def fastest_by(key, records):
+    """The fastest record (median time) per key."""
+    best = {}
+    for r in records:
+        if key(r) not in best or r["time_us_median"] < best[key(r)]["time_us_median"]:
+            best[key(r)] = r
+    return best
+
+
+def competitor_cells(comp, r):
+    """Backend, time and our speed-up over it (its time / ours), or dashes without a record."""
+    if comp is None:
+        return "- | - | -"
+    return f"{comp['backend']} | {comp['time_us_median']:.1f} | {comp['time_us_median'] / r['time_us_median']:.2f}x"
 
 
 def fastest_per_shape(records):
@@ -115,10 +139,7 @@ def median_rounds(records, key):
 
 def compute_table(ours, theirs):
     mine = median_rounds(ours, lambda r: (r["shape"], r["page_size"], r.get("kv_dtype", "bf16")))
-    best = {}
-    for r in median_rounds(theirs, lambda r: (r["shape"], r["backend"])).values():
-        if r["shape"] not in best or r["time_us_median"] < best[r["shape"]]["time_us_median"]:
-            best[r["shape"]] = r
+    best = fastest_by(lambda r: r["shape"], median_rounds(theirs, lambda r: (r["shape"], r["backend"])).values())
     rounds = max([r["rounds"] for r in mine.values()] + [1])
     print(f"Device: {ours[0]['device']}; bf16 matmul ceiling {ours[0]['ceiling_tflops']:.0f} TFLOP/s"
           + (f"; medians of {rounds} interleaved rounds" if rounds > 1 else ""))

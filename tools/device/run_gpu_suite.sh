@@ -39,23 +39,32 @@ for arg in "$@"; do
 done
 status=0
 log() { printf '\n==> %s\n' "$*"; }
-# interleaved_rounds NAME ROUNDS OURS... -- COMPETITOR_SCRIPT ARGS...: our benchmark (JSON records
-# on stdout) and a competitor's Python script (records to --out) take turns for ROUNDS rounds;
-# the records go to RESULTS_DIR/NAME_cuda.json and NAME_torch.json.
+# interleaved_rounds NAME ROUNDS OURS... -- COMPETITOR_SCRIPT ARGS... [-- COMPETITOR_SCRIPT ARGS...]:
+# our benchmark (JSON records on stdout) and each competitor's Python script (records to --out)
+# take turns for ROUNDS rounds; the records go to RESULTS_DIR/NAME_cuda.json and, all the
+# competitors' together, NAME_torch.json.
 interleaved_rounds() {
-  local name=$1 rounds=$2 ours=() theirs=()
+  local name=$1 rounds=$2 ours=() theirs=() arg
   shift 2
   while [[ $1 != -- ]]; do ours+=("$1"); shift; done
   shift
-  theirs=("$@")
+  # The competitors' commands, one string each (arguments without spaces), split on "--".
+  local command=""
+  for arg in "$@"; do
+    if [[ $arg == -- ]]; then theirs+=("$command"); command=""; else command+="${command:+ }$arg"; fi
+  done
+  theirs+=("$command")
   : >"$RESULTS_DIR/${name}_cuda.json"
   : >"$RESULTS_DIR/${name}_torch.json"
   local round_file="$RESULTS_DIR/${name}_torch.round.json"
   for ((round = 0; round < rounds; ++round)); do
     "${ours[@]}" >>"$RESULTS_DIR/${name}_cuda.json" || status=1
-    rm -f "$round_file"  # a round whose script fails adds nothing (not the round before's records)
-    PYTHONUNBUFFERED=1 python3 "${theirs[@]}" --out "$round_file" >/dev/null || status=1
-    [[ -f $round_file ]] && cat "$round_file" >>"$RESULTS_DIR/${name}_torch.json"
+    for command in "${theirs[@]}"; do
+      rm -f "$round_file"  # a round whose script fails adds nothing (not the round before's records)
+      # shellcheck disable=SC2086  # the command's words, split as given
+      PYTHONUNBUFFERED=1 python3 $command --out "$round_file" >/dev/null || status=1
+      [[ -f $round_file ]] && cat "$round_file" >>"$RESULTS_DIR/${name}_torch.json"
+    done
   done
   rm -f "$round_file"
 }
@@ -89,10 +98,18 @@ if ((!skip_bench)) && [[ " $BENCH " == *" decode "* ]]; then
   # Adjacent runs of identical code differ by up to ~1.5% on a shape (and the copy ceiling by
   # ~0.5%): the decode benchmark and SDPA take turns for DECODE_ROUNDS rounds and the table
   # compares medians, each round rated against its own ceiling.
-  log "decode benchmark and PyTorch SDPA on the same shapes, ${DECODE_ROUNDS:=1} interleaved round(s)"
-  # Graph replays on both sides (the decode benchmark's default): like is timed against like.
+  # FlashInfer's paged decode as well where it can be imported (a carried payload,
+  # tools/device/prepare_flashinfer.sh): the paged competitor, on the same cache format.
+  decode_competitors=(-- bench/torch_sdpa_decode.py --launch graph)
+  if PYTHONUNBUFFERED=1 python3 -c "import flashinfer" >/dev/null 2>&1; then
+    decode_competitors+=(-- bench/flashinfer_decode.py --launch graph)
+  else
+    echo "flashinfer cannot be imported here: no paged competitor in the decode table"
+  fi
+  log "decode benchmark and its competitors on the same shapes, ${DECODE_ROUNDS:=1} interleaved round(s)"
+  # Graph replays on every side (the decode benchmark's default): like is timed against like.
   interleaved_rounds decode "$DECODE_ROUNDS" "$BUILD_DIR"/pagedattn bench decode --device cuda --standard-shapes --json \
-    -- bench/torch_sdpa_decode.py --launch graph
+    "${decode_competitors[@]}"
   log "read floors: a contiguous one-launch read of each shape's bytes"
   PYTHONUNBUFFERED=1 python3 bench/torch_read_floor.py --out "$RESULTS_DIR/decode_floor.json" >/dev/null || status=1
   log "paged read floors: each shape's bytes through shuffled 16-token pages, nothing else"

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Times FlashInfer's paged decode (BatchDecodeWithPagedKVCacheWrapper) on the decode shapes of
+BENCHMARKS.md: the paged competitor, reading the same cache format as pagedattn (pages of 16
+tokens, NHD, a CSR page table over shuffled pages, bf16 or fp8 e4m3 KV, 32 query heads of
+head_dim 128 over 8 or 32 KV heads, real ragged lengths rather than padding). Prints one JSON
+record per (shape, heads, KV dtype, kernel) in the benchmark contract of
+bench/torch_sdpa_decode.py, rated against the device-to-device copy ceiling of the same run.
+
+Two FlashInfer kernels are timed: its CUDA-core decode kernel (backend "flashinfer_decode") and,
+with use_tensor_cores=True, its FA2 prefill kernel run as decode ("flashinfer_decode_tc").
+Both are asked for FlashInfer's "fa2" backend by name: "auto" may route a plan to other
+kernels (fa3, cuDNN, XQA) by device and shape, which would change what is timed from one
+machine to the next and need kernels that the carried payload does not hold.
+
+plan() runs once per case outside the timed region; run() is timed with CUDA events, eagerly
+(--launch calls) or as replays of a captured CUDA graph (--launch graph, with the wrapper's
+use_cuda_graph=True and fixed page-table buffers, as FlashInfer asks for capture). Each case is
+checked once against a float32 PyTorch reference on its first and last sequence; the largest
+absolute error goes to stderr and never fails the run.
+
+Usage: python3 bench/flashinfer_decode.py [--iters 50] [--kv-heads 8,32] [--shapes BxL,...]
+                                          [--kv-dtype bf16,fp8_e4m3] [--fp8-shapes d-b64|all]
+                                          [--tensor-cores both|on|off]
+                                          [--launch calls|graph] [--out FILE]
+
+On a GPU machine without a package registry, FlashInfer comes from the payload that
+tools/device/prepare_flashinfer.sh builds into .whl/ (its header says what it holds): a trimmed
+FlashInfer whose decode kernels for sm_90a are already compiled, and the tvm-ffi runtime they
+link to. Unpacked into a folder on PYTHONPATH, with FLASHINFER_DISABLE_JIT=1 (a missing kernel is
+then an error instead of a compile) and FLASHINFER_WORKSPACE_BASE pointing at a writable folder
+(FlashInfer writes the sources it generates there even when it loads a precompiled kernel):
+
+    python3 -m tarfile --filter data -e .whl/flashinfer-*-sm90a-decode.tar.xz /tmp/flashinfer-site
+    export PYTHONPATH=/tmp/flashinfer-site FLASHINFER_DISABLE_JIT=1 FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-ws
+    python3 bench/flashinfer_decode.py --launch graph --out $OUT/flashinfer.json
+
+With the same exports, tools/device/run_gpu_suite.sh finds FlashInfer and adds these records to
+its decode table.
+"""
+import argparse
+import json
+import math
+import sys
+
+import torch
+
+from torch_bench import graph_replay, time_us, write_records
+from torch_sdpa_decode import SHAPES, copy_ceiling_gbps, custom_shapes, ragged_lens
+
+try:
+    import flashinfer
+except ImportError as err:
+    raise SystemExit(f"flashinfer_decode.py: cannot import flashinfer ({err}). On a machine without a "
+                     "package registry, unpack the payload of tools/device/prepare_flashinfer.sh and put "
+                     "it on PYTHONPATH (that script's header shows how).")
+
+PAGE_SIZE = 16
+NUM_Q_HEADS = 32
+KV_DTYPES = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
+# Room for FlashInfer's split-KV partial results: twice the 128 MiB its documentation
+# recommends, as these shapes reach 32k tokens a sequence and 512k a batch. It must start zeroed.
+WORKSPACE_BYTES = 256 << 20
+
+
+def paged_cache(lens, hkv, d, kv_dtype):
+    """A pool holding exactly the batch's pages, filled with random values, and the CSR page
+    table over a random permutation of the pool (neighbouring pages of a sequence are not
+    neighbours in memory, as in a cache that has served many requests)."""
+    pages_per_seq = [math.ceil(n / PAGE_SIZE) for n in lens]
+    num_pages = sum(pages_per_seq)
+    # fp8 values are drawn in bf16 and rounded: N(0, 1) lies well inside e4m3's range.
+    kv = torch.randn(num_pages, 2, PAGE_SIZE, hkv, d, device="cuda", dtype=torch.bfloat16).to(kv_dtype)
+    indptr = torch.tensor([0] + pages_per_seq, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    indices = torch.randperm(num_pages, dtype=torch.int32)
+    last_page_len = torch.tensor([n - (p - 1) * PAGE_SIZE for n, p in zip(lens, pages_per_seq)],
+                                 dtype=torch.int32)
+    return kv, indptr.cuda(), indices.cuda(), last_page_len.cuda()
+
+
+def reference_error(q, kv, indptr, indices, lens, out, seqs):
+    """Largest absolute difference between `out` and a float32 softmax(q K^T / sqrt(d)) V over
+    sequences `seqs`, gathered from the pages through the same table."""
+    hq, hkv, d = q.shape[1], kv.shape[3], q.shape[2]
+    # Gathered as bytes where the dtype is one byte wide: indexing kernels need not take fp8.
+    raw = kv.view(torch.uint8) if kv.element_size() == 1 else kv
+    worst = 0.0
+    for i in seqs:
+        pages = indices[indptr[i]:indptr[i + 1]].long().to(kv.device)
+        k, v = (raw[pages, j].view(kv.dtype).float().reshape(-1, hkv, d)[:lens[i]] for j in (0, 1))
+        group = hq // hkv
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,thd->ht", q[i].float(), k) / math.sqrt(d)
+        expect = torch.einsum("ht,thd->hd", scores.softmax(dim=-1), v)
+        worst = max(worst, (out[i].float() - expect).abs().max().item())
+    return worst
+
+
+def time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, launch, iters, label):
+    """Plans one case, checks it against the reference and times its run(): (median, min) in
+    microseconds. Graph capture needs use_cuda_graph=True: plan() then writes the page table
+    into the fixed buffers given here, which the captured kernels read. Everything it allocates
+    (workspace, graph) is released on return, before the next case allocates its own."""
+    kv, indptr, indices, last_page_len = cache
+    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    fixed = {}
+    if launch == "graph":
+        fixed = {"use_cuda_graph": True, "paged_kv_indptr_buffer": torch.empty_like(indptr),
+                 "paged_kv_indices_buffer": torch.empty_like(indices),
+                 "paged_kv_last_page_len_buffer": torch.empty_like(last_page_len)}
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        workspace, "NHD", use_tensor_cores=tensor_cores, backend="fa2", **fixed)
+    wrapper.plan(indptr, indices, last_page_len, NUM_Q_HEADS, hkv, d, PAGE_SIZE,
+                 pos_encoding_mode="NONE", q_data_type=torch.bfloat16, kv_data_type=kv_dtype,
+                 o_data_type=torch.bfloat16)
+    q = torch.randn(len(lens), NUM_Q_HEADS, d, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(q)  # preallocated: the timed call allocates nothing
+    fn = lambda: wrapper.run(q, kv, out=out)
+    fn()
+    err = reference_error(q, kv, indptr.cpu(), indices.cpu(), lens, out, sorted({0, len(lens) - 1}))
+    print(f"{label}: max abs error {err:.3g} against the float32 reference", file=sys.stderr, flush=True)
+    return time_us(graph_replay(fn) if launch == "graph" else fn, iters)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--head-dim", type=int, default=128, help="head dimension (BENCHMARKS.md's shapes: 128; "
+                                                                "the carried kernels: 128 only)")
+    ap.add_argument("--kv-heads", default="8,32", help="KV head counts to time, 32 query heads each")
+    ap.add_argument("--shapes", help="comma-separated BATCHxLENGTH shapes (e.g. 66x2048) instead of "
+                                     "BENCHMARKS.md's table")
+    ap.add_argument("--kv-dtype", default="bf16,fp8_e4m3", help="KV cache dtypes to time: bf16, fp8_e4m3")
+    ap.add_argument("--fp8-shapes", default="d-b64",
+                    help="comma-separated shape names whose fp8 cache is timed (the fp8 rows of "
+                         "`pagedattn bench decode --standard-shapes`: d-b64), or all")
+    ap.add_argument("--tensor-cores", choices=("both", "on", "off"), default="both",
+                    help="off: FlashInfer's CUDA-core decode kernel; on: its tensor-core (FA2 prefill) path")
+    ap.add_argument("--launch", choices=("calls", "graph"), default="calls",
+                    help="calls: eager calls between events; graph: replays of a captured CUDA graph")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    kv_dtypes = args.kv_dtype.split(",")
+    for name in kv_dtypes:
+        if name not in KV_DTYPES:
+            raise SystemExit(f"--kv-dtype: {name!r} is not one of {', '.join(KV_DTYPES)}")
+    modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.tensor_cores]
+    torch.manual_seed(0)
+    device = torch.cuda.get_device_name()
+    ceiling = copy_ceiling_gbps()
+    records = []
+    shapes = custom_shapes(args.shapes) if args.shapes else SHAPES + [("d-ragged", ragged_lens())]
+    for hkv in (int(h) for h in args.kv_heads.split(",")):
+        for name, lens in shapes:
+            b, d, tokens = len(lens), args.head_dim, sum(lens)
+            for kv_name in kv_dtypes:
+                if kv_name != "bf16" and args.fp8_shapes != "all" and name not in args.fp8_shapes.split(","):
+                    continue
+                kv_dtype = KV_DTYPES[kv_name]
+                cache = paged_cache(lens, hkv, d, kv_dtype)
+                # The bytes a decode must move: each valid K and V element once (not the unused
+                # tail of a last page), the queries in and the outputs out.
+                valid_bytes = 2 * tokens * hkv * d * cache[0].element_size() + 2 * b * NUM_Q_HEADS * d * 2
+                for tensor_cores in modes:
+                    rec = {"op": "decode", "backend": "flashinfer_decode" + ("_tc" if tensor_cores else ""),
+                           "device": device, "dtype": "bf16", "kv_dtype": kv_name, "layout": "NHD",
+                           "page_size": PAGE_SIZE, "num_q_heads": NUM_Q_HEADS, "num_kv_heads": hkv,
+                           "head_dim": d, "batch": b, "shape": name,
+                           "seq_lens_desc": f"{name} ({b} seqs, {tokens} tokens)",
+                           "ceiling_gbps": ceiling, "launch": args.launch, "iterations": args.iters,
+                           "flashinfer_version": flashinfer.__version__}
+                    try:
+                        med, mn = time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, args.launch, args.iters,
+                                            f"{rec['backend']} {name} {NUM_Q_HEADS}/{hkv} {kv_name}")
+                        gbps = valid_bytes / (med * 1e-6) / 1e9
+                        rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
+                                    "ratio_to_ceiling": gbps / ceiling})
+                    except (RuntimeError, ValueError, NotImplementedError) as err:  # case not supported
+                        rec.update({"error": (str(err).splitlines() or [type(err).__name__])[0][:200]})
+                    records.append(rec)
+                    print(json.dumps(rec), flush=True)
+                del cache
+                torch.cuda.empty_cache()
+    if args.out:
+        write_records(args.out, records)
+
+
+if __name__ == "__main__":
+    main()
