@@ -45,7 +45,7 @@ import sys
 import torch
 
 from torch_bench import graph_replay, time_us, write_records
-from torch_sdpa_decode import SHAPES, copy_ceiling_gbps, custom_shapes, ragged_lens
+from torch_sdpa_decode import add_decode_args, copy_ceiling_gbps, decode_shapes
 
 try:
     import flashinfer
@@ -123,21 +123,13 @@ def time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, launch, iters, label)
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--head-dim", type=int, default=128, help="head dimension (BENCHMARKS.md's shapes: 128; "
-                                                                "the carried kernels: 128 only)")
-    ap.add_argument("--kv-heads", default="8,32", help="KV head counts to time, 32 query heads each")
-    ap.add_argument("--shapes", help="comma-separated BATCHxLENGTH shapes (e.g. 66x2048) instead of "
-                                     "BENCHMARKS.md's table")
+    add_decode_args(ap, "head dimension (BENCHMARKS.md's shapes: 128; the carried kernels: 128 only)")
     ap.add_argument("--kv-dtype", default="bf16,fp8_e4m3", help="KV cache dtypes to time: bf16, fp8_e4m3")
     ap.add_argument("--fp8-shapes", default="d-b64",
                     help="comma-separated shape names whose fp8 cache is timed (the fp8 rows of "
                          "`pagedattn bench decode --standard-shapes`: d-b64), or all")
     ap.add_argument("--tensor-cores", choices=("both", "on", "off"), default="both",
                     help="off: FlashInfer's CUDA-core decode kernel; on: its tensor-core (FA2 prefill) path")
-    ap.add_argument("--launch", choices=("calls", "graph"), default="calls",
-                    help="calls: eager calls between events; graph: replays of a captured CUDA graph")
-    ap.add_argument("--out")
     args = ap.parse_args()
     kv_dtypes = args.kv_dtype.split(",")
     for name in kv_dtypes:
@@ -148,7 +140,7 @@ def main():
     device = torch.cuda.get_device_name()
     ceiling = copy_ceiling_gbps()
     records = []
-    shapes = custom_shapes(args.shapes) if args.shapes else SHAPES + [("d-ragged", ragged_lens())]
+    shapes = decode_shapes(args)
     for hkv in (int(h) for h in args.kv_heads.split(",")):
         for name, lens in shapes:
             b, d, tokens = len(lens), args.head_dim, sum(lens)

@@ -47,22 +47,33 @@ def copy_ceiling_gbps():
     return 2 * n / (med * 1e-6) / 1e9
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def add_decode_args(ap, head_dim_help="head dimension (BENCHMARKS.md's shapes: 128)"):
+    """The options every decode competitor script takes: iterations, head_dim, KV heads, shapes,
+    launch mode and output file."""
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--head-dim", type=int, default=128, help="head dimension (BENCHMARKS.md's shapes: 128)")
+    ap.add_argument("--head-dim", type=int, default=128, help=head_dim_help)
     ap.add_argument("--kv-heads", default="8,32", help="KV head counts to time, 32 query heads each")
     ap.add_argument("--shapes", help="comma-separated BATCHxLENGTH shapes (e.g. 66x2048) instead of "
                                      "BENCHMARKS.md's table")
     ap.add_argument("--launch", choices=("calls", "graph"), default="calls",
                     help="calls: eager calls between events; graph: replays of a captured CUDA graph")
     ap.add_argument("--out")
+
+
+def decode_shapes(args):
+    """(name, lengths) of each shape to time: --shapes, or BENCHMARKS.md's table with d-ragged."""
+    return custom_shapes(args.shapes) if args.shapes else SHAPES + [("d-ragged", ragged_lens())]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    add_decode_args(ap)
     args = ap.parse_args()
     torch.manual_seed(0)
     device = torch.cuda.get_device_name()
     ceiling = copy_ceiling_gbps()
     records = []
-    shapes = custom_shapes(args.shapes) if args.shapes else SHAPES + [("d-ragged", ragged_lens())]
+    shapes = decode_shapes(args)
     for hkv in (int(h) for h in args.kv_heads.split(",")):
         for name, lens in shapes:
             b, hq, d = len(lens), 32, args.head_dim
