@@ -3,7 +3,9 @@
 # no package registry: one archive, .whl/flashinfer-<version>-sm90a-decode.tar.xz (git-ignored,
 # about 13 MB; unpacked about 125 MB), holding
 #   - FlashInfer <version>'s Python package without its CUDA/CUTLASS sources (only the few
-#     templates and sources its module generators read back) nor its other backends' sources;
+#     templates and sources its module generators read back) nor its other backends' sources,
+#     and without the Python packages that neither `import flashinfer` nor the decode wrapper
+#     imports (so that it fits one device call beside a carried pagedattn build);
 #   - its paged-decode kernels, compiled here for sm_90a into the package's AOT folder
 #     (flashinfer/data/aot/<module>/<module>.so), which FlashInfer loads as they are: no nvcc,
 #     no ninja, no compile on the GPU machine. Four modules, q / out bf16, head_dim 128, no RoPE,
