@@ -45,7 +45,7 @@ import sys
 import torch
 
 from torch_bench import graph_replay, time_us, write_records
-from torch_sdpa_decode import add_decode_args, copy_ceiling_gbps, decode_shapes
+from torch_sdpa_decode import add_decode_args, start_decode_run
 
 try:
     import flashinfer
@@ -136,42 +136,38 @@ def main():
         if name not in KV_DTYPES:
             raise SystemExit(f"--kv-dtype: {name!r} is not one of {', '.join(KV_DTYPES)}")
     modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.tensor_cores]
-    torch.manual_seed(0)
-    device = torch.cuda.get_device_name()
-    ceiling = copy_ceiling_gbps()
+    device, ceiling, cases = start_decode_run(args)
     records = []
-    shapes = decode_shapes(args)
-    for hkv in (int(h) for h in args.kv_heads.split(",")):
-        for name, lens in shapes:
-            b, d, tokens = len(lens), args.head_dim, sum(lens)
-            for kv_name in kv_dtypes:
-                if kv_name != "bf16" and args.fp8_shapes != "all" and name not in args.fp8_shapes.split(","):
-                    continue
-                kv_dtype = KV_DTYPES[kv_name]
-                cache = paged_cache(lens, hkv, d, kv_dtype)
-                # The bytes a decode must move: each valid K and V element once (not the unused
-                # tail of a last page), the queries in and the outputs out.
-                valid_bytes = 2 * tokens * hkv * d * cache[0].element_size() + 2 * b * NUM_Q_HEADS * d * 2
-                for tensor_cores in modes:
-                    rec = {"op": "decode", "backend": "flashinfer_decode" + ("_tc" if tensor_cores else ""),
-                           "device": device, "dtype": "bf16", "kv_dtype": kv_name, "layout": "NHD",
-                           "page_size": PAGE_SIZE, "num_q_heads": NUM_Q_HEADS, "num_kv_heads": hkv,
-                           "head_dim": d, "batch": b, "shape": name,
-                           "seq_lens_desc": f"{name} ({b} seqs, {tokens} tokens)",
-                           "ceiling_gbps": ceiling, "launch": args.launch, "iterations": args.iters,
-                           "flashinfer_version": flashinfer.__version__}
-                    try:
-                        med, mn = time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, args.launch, args.iters,
-                                            f"{rec['backend']} {name} {NUM_Q_HEADS}/{hkv} {kv_name}")
-                        gbps = valid_bytes / (med * 1e-6) / 1e9
-                        rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
-                                    "ratio_to_ceiling": gbps / ceiling})
-                    except (RuntimeError, ValueError, NotImplementedError) as err:  # case not supported
-                        rec.update({"error": (str(err).splitlines() or [type(err).__name__])[0][:200]})
-                    records.append(rec)
-                    print(json.dumps(rec), flush=True)
-                del cache
-                torch.cuda.empty_cache()
+    for hkv, name, lens in cases:
+        b, d, tokens = len(lens), args.head_dim, sum(lens)
+        for kv_name in kv_dtypes:
+            if kv_name != "bf16" and args.fp8_shapes != "all" and name not in args.fp8_shapes.split(","):
+                continue
+            kv_dtype = KV_DTYPES[kv_name]
+            cache = paged_cache(lens, hkv, d, kv_dtype)
+            # The bytes a decode must move: each valid K and V element once (not the unused
+            # tail of a last page), the queries in and the outputs out.
+            valid_bytes = 2 * tokens * hkv * d * cache[0].element_size() + 2 * b * NUM_Q_HEADS * d * 2
+            for tensor_cores in modes:
+                rec = {"op": "decode", "backend": "flashinfer_decode" + ("_tc" if tensor_cores else ""),
+                       "device": device, "dtype": "bf16", "kv_dtype": kv_name, "layout": "NHD",
+                       "page_size": PAGE_SIZE, "num_q_heads": NUM_Q_HEADS, "num_kv_heads": hkv,
+                       "head_dim": d, "batch": b, "shape": name,
+                       "seq_lens_desc": f"{name} ({b} seqs, {tokens} tokens)",
+                       "ceiling_gbps": ceiling, "launch": args.launch, "iterations": args.iters,
+                       "flashinfer_version": flashinfer.__version__}
+                try:
+                    med, mn = time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, args.launch, args.iters,
+                                        f"{rec['backend']} {name} {NUM_Q_HEADS}/{hkv} {kv_name}")
+                    gbps = valid_bytes / (med * 1e-6) / 1e9
+                    rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
+                                "ratio_to_ceiling": gbps / ceiling})
+                except (RuntimeError, ValueError, NotImplementedError) as err:  # case not supported
+                    rec.update({"error": (str(err).splitlines() or [type(err).__name__])[0][:200]})
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+            del cache
+            torch.cuda.empty_cache()
     if args.out:
         write_records(args.out, records)
 

@@ -65,43 +65,48 @@ def decode_shapes(args):
     return custom_shapes(args.shapes) if args.shapes else SHAPES + [("d-ragged", ragged_lens())]
 
 
+def start_decode_run(args):
+    """Seeds PyTorch's generator and measures the copy ceiling: (device name, ceiling GB/s, cases),
+    each case a (KV heads, shape name, lengths) to time, in order."""
+    torch.manual_seed(0)
+    cases = [(hkv, name, lens) for hkv in (int(h) for h in args.kv_heads.split(","))
+             for name, lens in decode_shapes(args)]
+    return torch.cuda.get_device_name(), copy_ceiling_gbps(), cases
+
+
 def main():
     ap = argparse.ArgumentParser()
     add_decode_args(ap)
     args = ap.parse_args()
-    torch.manual_seed(0)
-    device = torch.cuda.get_device_name()
-    ceiling = copy_ceiling_gbps()
+    device, ceiling, cases = start_decode_run(args)
     records = []
-    shapes = decode_shapes(args)
-    for hkv in (int(h) for h in args.kv_heads.split(",")):
-        for name, lens in shapes:
-            b, hq, d = len(lens), 32, args.head_dim
-            length = max(lens)
-            q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
-            k = torch.randn(b, hkv, length, d, device="cuda", dtype=torch.bfloat16)
-            v = torch.randn_like(k)
-            valid_bytes = 2 * sum(lens) * hkv * d * 2 + 2 * q.numel() * 2
-            for backend, which in BACKENDS.items():
-                rec = {"op": "decode", "backend": "torch_sdpa_" + backend, "device": device,
-                       "dtype": "bf16", "kv_dtype": "bf16", "layout": "contiguous", "page_size": 0,
-                       "num_q_heads": hq, "num_kv_heads": hkv, "head_dim": d, "batch": b,
-                       "shape": name, "seq_lens_desc": name + (" (padded to max)" if name == "d-ragged" else ""),
-                       "ceiling_gbps": ceiling, "launch": args.launch}
-                try:
-                    with sdpa_kernel(which):
-                        fn = lambda: torch.nn.functional.scaled_dot_product_attention(
-                            q, k, v, enable_gqa=hkv != hq)
-                        med, mn = time_us(graph_replay(fn) if args.launch == "graph" else fn, args.iters)
-                    gbps = valid_bytes / (med * 1e-6) / 1e9
-                    rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
-                                "ratio_to_ceiling": gbps / ceiling})
-                except RuntimeError as err:  # backend does not support this shape
-                    rec.update({"error": str(err).splitlines()[0][:200]})
-                records.append(rec)
-                print(json.dumps(rec), flush=True)
-            del q, k, v
-            torch.cuda.empty_cache()
+    for hkv, name, lens in cases:
+        b, hq, d = len(lens), 32, args.head_dim
+        length = max(lens)
+        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, hkv, length, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        valid_bytes = 2 * sum(lens) * hkv * d * 2 + 2 * q.numel() * 2
+        for backend, which in BACKENDS.items():
+            rec = {"op": "decode", "backend": "torch_sdpa_" + backend, "device": device,
+                   "dtype": "bf16", "kv_dtype": "bf16", "layout": "contiguous", "page_size": 0,
+                   "num_q_heads": hq, "num_kv_heads": hkv, "head_dim": d, "batch": b,
+                   "shape": name, "seq_lens_desc": name + (" (padded to max)" if name == "d-ragged" else ""),
+                   "ceiling_gbps": ceiling, "launch": args.launch}
+            try:
+                with sdpa_kernel(which):
+                    fn = lambda: torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, enable_gqa=hkv != hq)
+                    med, mn = time_us(graph_replay(fn) if args.launch == "graph" else fn, args.iters)
+                gbps = valid_bytes / (med * 1e-6) / 1e9
+                rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
+                            "ratio_to_ceiling": gbps / ceiling})
+            except RuntimeError as err:  # backend does not support this shape
+                rec.update({"error": str(err).splitlines()[0][:200]})
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
     if args.out:
         write_records(args.out, records)
 
