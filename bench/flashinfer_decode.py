@@ -6,11 +6,19 @@ head_dim 128 over 8 or 32 KV heads, real ragged lengths rather than padding). Pr
 record per (shape, heads, KV dtype, kernel) in the benchmark contract of
 bench/torch_sdpa_decode.py, rated against the device-to-device copy ceiling of the same run.
 
-Two FlashInfer kernels are timed: its CUDA-core decode kernel (backend "flashinfer_decode") and,
-with use_tensor_cores=True, its FA2 prefill kernel run as decode ("flashinfer_decode_tc").
-Both are asked for FlashInfer's "fa2" backend by name: "auto" may route a plan to other
-kernels (fa3, cuDNN, XQA) by device and shape, which would change what is timed from one
-machine to the next and need kernels that the carried payload does not hold.
+Four kernels are timed (--kernels picks them):
+- cuda_cores ("flashinfer_decode"): FlashInfer's CUDA-core decode kernel, backend "fa2";
+- tensor_cores ("flashinfer_decode_tc"): use_tensor_cores=True, its FA2 prefill kernel run as
+  decode, backend "fa2";
+- fa3 ("flashinfer_decode_fa3"): use_tensor_cores=True with backend "fa3", its Hopper
+  (warp-specialised, TMA + wgmma) prefill kernel run as decode; bf16 KV only (FlashInfer's fa3
+  takes fp8 KV only with fp8 queries);
+- xqa ("flashinfer_xqa"): TensorRT-LLM's XQA decode kernels as FlashInfer 0.7.4 ships them
+  (`xqa_batch_decode_with_kv_cache`, a padded block table), with its Hopper wgmma kernel for fp8
+  KV; what TensorRT-LLM runs for generation.
+The wrapper's backends are named: "auto" may route a plan to other kernels (fa3, cuDNN, XQA) by
+device and shape, which would change what is timed from one machine to the next and need kernels
+that the carried payload does not hold.
 
 plan() runs once per case outside the timed region; run() is timed with CUDA events, eagerly
 (--launch calls) or as replays of a captured CUDA graph (--launch graph, with the wrapper's
@@ -20,7 +28,7 @@ absolute error goes to stderr and never fails the run.
 
 Usage: python3 bench/flashinfer_decode.py [--iters 50] [--kv-heads 8,32] [--shapes BxL,...]
                                           [--kv-dtype bf16,fp8_e4m3] [--fp8-shapes d-b64|all]
-                                          [--tensor-cores both|on|off]
+                                          [--kernels cuda_cores,tensor_cores,fa3,xqa]
                                           [--launch calls|graph] [--out FILE]
 
 On a GPU machine without a package registry, FlashInfer comes from the payload that
@@ -60,6 +68,9 @@ KV_DTYPES = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
 # Room for FlashInfer's split-KV partial results: twice the 128 MiB its documentation
 # recommends, as these shapes reach 32k tokens a sequence and 512k a batch. It must start zeroed.
 WORKSPACE_BYTES = 256 << 20
+# --kernels name -> the record's backend name.
+KERNELS = {"cuda_cores": "flashinfer_decode", "tensor_cores": "flashinfer_decode_tc",
+           "fa3": "flashinfer_decode_fa3", "xqa": "flashinfer_xqa"}
 
 
 def paged_cache(lens, hkv, d, kv_dtype):
@@ -95,26 +106,59 @@ def reference_error(q, kv, indptr, indices, lens, out, seqs):
     return worst
 
 
-def time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, launch, iters, label):
-    """Plans one case, checks it against the reference and times its run(): (median, min) in
-    microseconds. Graph capture needs use_cuda_graph=True: plan() then writes the page table
-    into the fixed buffers given here, which the captured kernels read. Everything it allocates
-    (workspace, graph) is released on return, before the next case allocates its own."""
+def padded_block_table(indptr, indices):
+    """The CSR page table as XQA takes it: one row of page ids per sequence, padded (with page
+    0, which the kernel does not read past a sequence's length) to the longest."""
+    indptr, indices = indptr.cpu(), indices.cpu()
+    rows = [indices[indptr[i]:indptr[i + 1]] for i in range(len(indptr) - 1)]
+    table = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int32)
+    for i, r in enumerate(rows):
+        table[i, :len(r)] = r
+    return table.cuda()
+
+
+def wrapper_call(cache, lens, hkv, d, kv_dtype, kernel, launch, workspace, q, out):
+    """The decode wrapper planned for one case: its run() as a callable. Graph capture needs
+    use_cuda_graph=True: plan() then writes the page table into the fixed buffers given here,
+    which the captured kernels read."""
     kv, indptr, indices, last_page_len = cache
-    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     fixed = {}
     if launch == "graph":
         fixed = {"use_cuda_graph": True, "paged_kv_indptr_buffer": torch.empty_like(indptr),
                  "paged_kv_indices_buffer": torch.empty_like(indices),
                  "paged_kv_last_page_len_buffer": torch.empty_like(last_page_len)}
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        workspace, "NHD", use_tensor_cores=tensor_cores, backend="fa2", **fixed)
+        workspace, "NHD", use_tensor_cores=kernel != "cuda_cores", backend="fa3" if kernel == "fa3" else "fa2",
+        **fixed)
     wrapper.plan(indptr, indices, last_page_len, NUM_Q_HEADS, hkv, d, PAGE_SIZE,
                  pos_encoding_mode="NONE", q_data_type=torch.bfloat16, kv_data_type=kv_dtype,
                  o_data_type=torch.bfloat16)
+    return lambda: wrapper.run(q, kv, out=out)
+
+
+def xqa_call(cache, lens, d, workspace, q, out):
+    """XQA over the same pages: a padded block table and the lengths (read as uint32), the
+    softmax scale 1/sqrt(d) as its bmm1 scale, unit KV scales (fp8 codes hold the values)."""
+    kv, indptr, indices, _ = cache
+    table = padded_block_table(indptr, indices)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    max_len = table.shape[1] * PAGE_SIZE
+    return lambda: flashinfer.decode.xqa_batch_decode_with_kv_cache(
+        q, kv, workspace, table, seq_lens, max_len, bmm1_scale=1.0 / math.sqrt(d), bmm2_scale=1.0, out=out)
+
+
+def time_case(cache, lens, hkv, d, kv_dtype, kernel, launch, iters, label):
+    """Sets up one case, checks it against the reference and times its call: (median, min) in
+    microseconds. Everything it allocates (workspace, graph) is released on return, before the
+    next case allocates its own."""
+    kv, indptr, indices, _ = cache
+    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     q = torch.randn(len(lens), NUM_Q_HEADS, d, device="cuda", dtype=torch.bfloat16)
     out = torch.empty_like(q)  # preallocated: the timed call allocates nothing
-    fn = lambda: wrapper.run(q, kv, out=out)
+    if kernel == "xqa":
+        fn = xqa_call(cache, lens, d, workspace, q, out)
+    else:
+        fn = wrapper_call(cache, lens, hkv, d, kv_dtype, kernel, launch, workspace, q, out)
     fn()
     err = reference_error(q, kv, indptr.cpu(), indices.cpu(), lens, out, sorted({0, len(lens) - 1}))
     print(f"{label}: max abs error {err:.3g} against the float32 reference", file=sys.stderr, flush=True)
@@ -128,14 +172,17 @@ def main():
     ap.add_argument("--fp8-shapes", default="d-b64",
                     help="comma-separated shape names whose fp8 cache is timed (the fp8 rows of "
                          "`pagedattn bench decode --standard-shapes`: d-b64), or all")
-    ap.add_argument("--tensor-cores", choices=("both", "on", "off"), default="both",
-                    help="off: FlashInfer's CUDA-core decode kernel; on: its tensor-core (FA2 prefill) path")
+    ap.add_argument("--kernels", default=",".join(KERNELS),
+                    help="comma-separated kernels to time: " + ", ".join(KERNELS) + " (the module docstring says which is which)")
     args = ap.parse_args()
     kv_dtypes = args.kv_dtype.split(",")
     for name in kv_dtypes:
         if name not in KV_DTYPES:
             raise SystemExit(f"--kv-dtype: {name!r} is not one of {', '.join(KV_DTYPES)}")
-    modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.tensor_cores]
+    kernels = args.kernels.split(",")
+    for name in kernels:
+        if name not in KERNELS:
+            raise SystemExit(f"--kernels: {name!r} is not one of {', '.join(KERNELS)}")
     device, ceiling, cases = start_decode_run(args)
     records = []
     for hkv, name, lens in cases:
@@ -148,8 +195,10 @@ def main():
             # The bytes a decode must move: each valid K and V element once (not the unused
             # tail of a last page), the queries in and the outputs out.
             valid_bytes = 2 * tokens * hkv * d * cache[0].element_size() + 2 * b * NUM_Q_HEADS * d * 2
-            for tensor_cores in modes:
-                rec = {"op": "decode", "backend": "flashinfer_decode" + ("_tc" if tensor_cores else ""),
+            for kernel in kernels:
+                if kernel == "fa3" and kv_name != "bf16":
+                    continue  # FlashInfer's fa3 kernels take fp8 KV only with fp8 queries
+                rec = {"op": "decode", "backend": KERNELS[kernel],
                        "device": device, "dtype": "bf16", "kv_dtype": kv_name, "layout": "NHD",
                        "page_size": PAGE_SIZE, "num_q_heads": NUM_Q_HEADS, "num_kv_heads": hkv,
                        "head_dim": d, "batch": b, "shape": name,
@@ -157,7 +206,7 @@ def main():
                        "ceiling_gbps": ceiling, "launch": args.launch, "iterations": args.iters,
                        "flashinfer_version": flashinfer.__version__}
                 try:
-                    med, mn = time_case(cache, lens, hkv, d, kv_dtype, tensor_cores, args.launch, args.iters,
+                    med, mn = time_case(cache, lens, hkv, d, kv_dtype, kernel, args.launch, args.iters,
                                         f"{rec['backend']} {name} {NUM_Q_HEADS}/{hkv} {kv_name}")
                     gbps = valid_bytes / (med * 1e-6) / 1e9
                     rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,

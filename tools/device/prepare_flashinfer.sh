@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Builds the FlashInfer payload that bench/flashinfer_decode.py needs on a GPU machine that has
 # no package registry: one archive, .whl/flashinfer-<version>-sm90a-decode.tar.xz (git-ignored,
-# about 13 MB; unpacked about 125 MB), holding
+# about 14 MB; unpacked about 130 MB), holding
 #   - FlashInfer <version>'s Python package without its CUDA/CUTLASS sources (only the few
 #     templates and sources its module generators read back) nor its other backends' sources,
 #     and without the Python packages that neither `import flashinfer` nor the decode wrapper
 #     imports (so that it fits one device call beside a carried pagedattn build);
 #   - its paged-decode kernels, compiled here for sm_90a into the package's AOT folder
 #     (flashinfer/data/aot/<module>/<module>.so), which FlashInfer loads as they are: no nvcc,
-#     no ninja, no compile on the GPU machine. Four modules, q / out bf16, head_dim 128, no RoPE,
-#     ALiBi, soft-cap or sliding window, int32 page table (page size and head counts are
-#     run-time arguments; GQA groups 1, 2, 3, 4, 6, 8 and 16 are compiled in):
+#     no ninja, no compile on the GPU machine. Nine modules, q / out bf16, head_dim 128, no RoPE,
+#     ALiBi, soft-cap or sliding window, int32 page table:
 #       batch_decode_..._dtype_kv_{bf16,e4m3}_...        the CUDA-core decode kernel
 #       batch_prefill_..._dtype_kv_{bf16,e4m3}_..._kv_stride_equal
 #                                                        the use_tensor_cores=True (FA2) path
+#       batch_prefill_..._dtype_kv_bf16_..._sm90         the FA3 (Hopper) tensor-core path
+#     (page size and head counts are run-time arguments of these; GQA groups 1, 2, 3, 4, 6, 8
+#     and 16 are compiled in), and
+#       xqa_..._kv_cache_{bf16,e4m3}_..._page_size_16_..._head_group_ratio_{4,1}_...
+#                                                        TensorRT-LLM's XQA, compiled per page
+#                                                        size and group (32/8 and 32/32 heads)
 #   - apache-tvm-ffi, the runtime those modules link to, unpacked for CPython 3.12.
 # The GPU machine must have the rest: CPython 3.12, torch 2.11 (cu130), numpy, packaging,
 # requests, tqdm, tabulate, einops, click, ninja, nvidia-ml-py, cuda-bindings, jinja2, filelock.
@@ -23,7 +28,7 @@
 # It needs no GPU. Its working files (a venv with torch 2.11 for FlashInfer's module generators,
 # about 5 GB; the 101 MB wheel; the build tree) stay in $FLASHINFER_PREP_DIR (default
 # /tmp/flashinfer-prep), so a second run only re-checks and repacks, in under a minute (the
-# first installs torch and compiles for about 12 minutes on 2 cores).
+# first installs torch and compiles for about 18 minutes on 2 cores).
 #
 # On the GPU machine, from the repository root (FLASHINFER_DISABLE_JIT=1 turns a kernel the
 # archive lacks into an error instead of a compile; FLASHINFER_WORKSPACE_BASE is a writable folder
@@ -45,6 +50,16 @@ work=${FLASHINFER_PREP_DIR:-/tmp/flashinfer-prep}
 payload=$repo/.whl/flashinfer-$FLASHINFER_VERSION-sm90a-decode.tar.xz
 
 log() { printf '[prepare_flashinfer] %s\n' "$*"; }
+
+# XQA's modules link the CUDA driver (libcuda.so.1), which a machine without a GPU lacks: loading
+# them here, to record and check them, takes the toolkit's stub of it (nothing here calls it).
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  stub=$(dirname "$(dirname "$(readlink -f "$nvcc_path")")")/lib64/stubs/libcuda.so
+  [[ -f $stub ]] || { echo "prepare_flashinfer.sh: no libcuda.so.1 and no toolkit stub at $stub" >&2; exit 1; }
+  mkdir -p "$work/libcuda-stub" && ln -sf "$stub" "$work/libcuda-stub/libcuda.so.1"
+  export LD_LIBRARY_PATH=$work/libcuda-stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 
 # The first CPython 3.12 of PYTHON, python3.12 and pyenv's (whose shim fails where 3.12 is not
 # the active version).
@@ -85,16 +100,19 @@ if [[ ! -f $full/flashinfer/version.py || $wheel -nt $full/flashinfer/version.py
   rm -rf "$full" && mkdir -p "$full" && (cd "$full" && "$venv/bin/python" -m zipfile -e "$wheel" .)
 fi
 
-# The module arguments below are the ones BatchDecodeWithPagedKVCacheWrapper.plan() passes for
-# bench/flashinfer_decode.py's cases (backend "fa2", q / out bf16, kv bf16 or e4m3, int32
-# indices, head_dim 128, pos_encoding NONE, no window, no soft-cap, no fp16 QK reduction, no
-# per-token scales): build + load through FlashInfer's own entry points, so the names and files
-# are the ones plan() will look up.
+# The module arguments below are the ones BatchDecodeWithPagedKVCacheWrapper.plan() (backends
+# "fa2" and "fa3") and xqa_batch_decode_with_kv_cache pass for bench/flashinfer_decode.py's cases
+# (q / out bf16, kv bf16 or e4m3, int32 indices, head_dim 128, pos_encoding NONE, no window, no
+# soft-cap, no fp16 QK reduction, no per-token scales): build + load through FlashInfer's own
+# entry points, so the names and files are the ones plan() and xqa() will look up.
 cat >"$work/modules.py" <<'EOF'
 import torch
 from flashinfer.decode import get_batch_decode_module
 from flashinfer.prefill import get_batch_prefill_module
-from flashinfer.jit.attention.modules import _gen_batch_prefill_primary_module, gen_batch_decode_module
+from flashinfer.jit.attention.modules import (_gen_batch_prefill_primary_module, gen_batch_decode_module,
+                                              gen_batch_prefill_module)
+from flashinfer.jit.xqa import gen_xqa_module
+from flashinfer.xqa import get_xqa_module
 
 
 def modules():
@@ -106,6 +124,15 @@ def modules():
         yield gen_batch_decode_module(*decode_args), lambda a=decode_args: get_batch_decode_module(*a)
         yield (_gen_batch_prefill_primary_module("fa2", *prefill_args),
                lambda a=prefill_args: get_batch_prefill_module("fa2", *a))
+        # XQA (TensorRT-LLM's decode kernels), compiled per page size, head_dim and GQA group:
+        # pages of 16, head_dim 128, groups 4 (32/8) and 1 (32/32); no window, bf16 output,
+        # one query token.
+        for group in (4, 1):
+            xqa_args = (bf16, kv, 16, 128, group, False, bf16, 1, False)
+            yield gen_xqa_module(*xqa_args), lambda a=xqa_args: get_xqa_module(*a)
+    # FA3 (Hopper) prefill kernels run as decode: bf16 KV only.
+    fa3_args = (bf16, bf16, bf16, i32, 128, 128, 0, False, False, False, False)
+    yield gen_batch_prefill_module("fa3", *fa3_args), lambda a=fa3_args: get_batch_prefill_module("fa3", *a)
 EOF
 
 log "compiling the decode modules for FLASHINFER_CUDA_ARCH_LIST=$FLASHINFER_CUDA_ARCH_LIST (ninja: a no-op when up to date)"
