@@ -52,6 +52,7 @@ import sys
 
 import torch
 
+from paged_cache import PAGE_SIZE, paged_cache, padded_block_table, reference_error
 from torch_bench import graph_replay, time_us, write_records
 from torch_sdpa_decode import add_decode_args, start_decode_run
 
@@ -62,7 +63,6 @@ except ImportError as err:
                      "package registry, unpack the payload of tools/device/prepare_flashinfer.sh and put "
                      "it on PYTHONPATH (that script's header shows how).")
 
-PAGE_SIZE = 16
 NUM_Q_HEADS = 32
 KV_DTYPES = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
 # Room for FlashInfer's split-KV partial results: twice the 128 MiB its documentation
@@ -71,50 +71,6 @@ WORKSPACE_BYTES = 256 << 20
 # --kernels name -> the record's backend name.
 KERNELS = {"cuda_cores": "flashinfer_decode", "tensor_cores": "flashinfer_decode_tc",
            "fa3": "flashinfer_decode_fa3", "xqa": "flashinfer_xqa"}
-
-
-def paged_cache(lens, hkv, d, kv_dtype):
-    """A pool holding exactly the batch's pages, filled with random values, and the CSR page
-    table over a random permutation of the pool (neighbouring pages of a sequence are not
-    neighbours in memory, as in a cache that has served many requests)."""
-    pages_per_seq = [math.ceil(n / PAGE_SIZE) for n in lens]
-    num_pages = sum(pages_per_seq)
-    # fp8 values are drawn in bf16 and rounded: N(0, 1) lies well inside e4m3's range.
-    kv = torch.randn(num_pages, 2, PAGE_SIZE, hkv, d, device="cuda", dtype=torch.bfloat16).to(kv_dtype)
-    indptr = torch.tensor([0] + pages_per_seq, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    indices = torch.randperm(num_pages, dtype=torch.int32)
-    last_page_len = torch.tensor([n - (p - 1) * PAGE_SIZE for n, p in zip(lens, pages_per_seq)],
-                                 dtype=torch.int32)
-    return kv, indptr.cuda(), indices.cuda(), last_page_len.cuda()
-
-
-def reference_error(q, kv, indptr, indices, lens, out, seqs):
-    """Largest absolute difference between `out` and a float32 softmax(q K^T / sqrt(d)) V over
-    sequences `seqs`, gathered from the pages through the same table."""
-    hq, hkv, d = q.shape[1], kv.shape[3], q.shape[2]
-    # Gathered as bytes where the dtype is one byte wide: indexing kernels need not take fp8.
-    raw = kv.view(torch.uint8) if kv.element_size() == 1 else kv
-    worst = 0.0
-    for i in seqs:
-        pages = indices[indptr[i]:indptr[i + 1]].long().to(kv.device)
-        k, v = (raw[pages, j].view(kv.dtype).float().reshape(-1, hkv, d)[:lens[i]] for j in (0, 1))
-        group = hq // hkv
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,thd->ht", q[i].float(), k) / math.sqrt(d)
-        expect = torch.einsum("ht,thd->hd", scores.softmax(dim=-1), v)
-        worst = max(worst, (out[i].float() - expect).abs().max().item())
-    return worst
-
-
-def padded_block_table(indptr, indices):
-    """The CSR page table as XQA takes it: one row of page ids per sequence, padded (with page
-    0, which the kernel does not read past a sequence's length) to the longest."""
-    indptr, indices = indptr.cpu(), indices.cpu()
-    rows = [indices[indptr[i]:indptr[i + 1]] for i in range(len(indptr) - 1)]
-    table = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int32)
-    for i, r in enumerate(rows):
-        table[i, :len(r)] = r
-    return table.cuda()
 
 
 def wrapper_call(cache, lens, hkv, d, kv_dtype, kernel, launch, workspace, q, out):

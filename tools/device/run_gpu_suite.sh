@@ -104,7 +104,15 @@ if ((!skip_bench)) && [[ " $BENCH " == *" decode "* ]]; then
   if PYTHONUNBUFFERED=1 python3 -c "import flashinfer" >/dev/null 2>&1; then
     decode_competitors+=(-- bench/flashinfer_decode.py --launch graph)
   else
-    echo "flashinfer cannot be imported here: no paged competitor in the decode table"
+    echo "flashinfer cannot be imported here: no FlashInfer kernels in the decode table"
+  fi
+  # FlashAttention-3's paged decode as vLLM runs it, where its library was built and carried
+  # (tools/device/prepare_fa3.sh; bench/fa3_decode.py finds it at PAGEDATTN_FA3_LIB).
+  if [[ -f ${PAGEDATTN_FA3_LIB:=.whl/fa3/libfa3_decode.so} ]]; then
+    export PAGEDATTN_FA3_LIB
+    decode_competitors+=(-- bench/fa3_decode.py --launch graph)
+  else
+    echo "$PAGEDATTN_FA3_LIB is not here: no FlashAttention-3 (vLLM) kernels in the decode table"
   fi
   log "decode benchmark and its competitors on the same shapes, ${DECODE_ROUNDS:=1} interleaved round(s)"
   # Graph replays on every side (the decode benchmark's default): like is timed against like.
