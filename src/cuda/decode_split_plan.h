@@ -11,6 +11,10 @@ namespace pagedattn::cuda {
 
 constexpr std::int64_t kMinPartitionTokens = 256;  // below this the merge outweighs the gain
 constexpr std::int64_t kOneCtaPerSmKeys = 1024;    // the one-CTA-per-SM rule's shortest CTA
+// Many-wave TMA grids of sequences longer than kLongCtaKeys are cut into kManyWaveSplitKeys
+// parts (split_partition_tokens says why).
+constexpr std::int64_t kLongCtaKeys = 8192;
+constexpr std::int64_t kManyWaveSplitKeys = 2048;
 // Splits the CTA-per-row merge takes per L2 round trip (a block of their rows in registers).
 constexpr int kMergeBlock = 32;
 
@@ -79,6 +83,14 @@ inline bool fits_one_cta_per_sm(const SplitShape& s) {
 // alone on an SM stream far below its share (H100, 16 x 4096 fp8 e4m3: unsplit 93.4 us, two
 // splits 62.5; H200, bf16 in 8-token pages: unsplit 234.8 us, four splits 76.5; f32 on the
 // CUDA-core kernel: unsplit 295.9 us, two splits 181.2), so there those batches split as any other.
+//   On the TMA kernel, a uniform batch of more units than one wave of target CTAs whose
+// sequences exceed kLongCtaKeys is cut into parts of kManyWaveSplitKeys: CTAs of 16384 keys
+// run ~0.5 ms each, and the SMs that stream slower (v54's timeline saw ~10% of them ~20% behind)
+// then hold the grid's last wave, where parts of 2048 keys let the block scheduler hand the
+// faster SMs more of them. H200, 2 rounds in each of two calls (docs/perf-notes.md v57): MHA
+// 32 x 16384 0.979 / 0.979 of the unsplit time at 2048 keys (1024: 0.981, 4096: 0.990), MHA
+// 16 x 16384 0.986 (1024 and 4096 the same); no gain where CTAs are 8192 keys or shorter (GQA
+// 64 x 8192 0.999 at 2048, MHA 128 x 4096 1.001) or fewer than a wave (GQA 32 x 16384).
 //   The cp.async kernel aims for four CTAs per SM (they fit), and a ragged batch's balanced share
 // over four such waves, so that its longest sequences do not trail alone (H200, docs/perf-notes.md
 // v49): 1 x 32768 fp8 e4m3 29.6 us with 512-key splits (64 parts, 512 CTAs) against 37.0 with the
@@ -99,6 +111,9 @@ inline std::int64_t split_partition_tokens(const SplitShape& s, bool one_cta_per
   } else {
     const std::int64_t waves = cp_async && s.ragged() ? 4 : 1;
     share = (s.total * s.per_seq_ctas + waves * target - 1) / (waves * target);
+    if (s.kernel == PlannedKernel::kTma && !s.ragged() && units > target && s.max_len > kLongCtaKeys) {
+      share = std::min(share, kManyWaveSplitKeys);
+    }
   }
   // The longest sequence in equal parts: a short last part would cost a whole CTA start and a
   // merge input for little work.

@@ -74,6 +74,24 @@ TEST(DecodeSplitPlan, FullWavesOfUnitsAreNotSplit) {
   EXPECT_EQ(split_partition_tokens(uniform(64, 2048, 8), false), 2048);
 }
 
+TEST(DecodeSplitPlan, ManyWaveGridsOfLongSequencesSplitIntoShortCtas) {
+  // MHA 32/32 d-b32-16k (1024 units, ~3.9 waves of two per SM): 8 parts of 2048 keys; 16 x 16384
+  // (512 units) the same.
+  EXPECT_EQ(split_partition_tokens(uniform(32, 16384, 32), false), 2048);
+  EXPECT_EQ(split_partition_tokens(uniform(16, 16384, 32), false), 2048);
+  EXPECT_EQ(split_partition_tokens(uniform(8, 32768, 64), false), 2048);
+  // Not split: sequences of 8192 keys or fewer (GQA 64 x 8192, MHA 128 x 4096, MHA d-b64),
+  // fewer units than a wave (GQA d-b32-16k: 256 units), ragged batches, the cp.async kernel.
+  EXPECT_EQ(split_partition_tokens(uniform(64, 8192, 8), false), 8192);
+  EXPECT_EQ(split_partition_tokens(uniform(128, 4096, 32), false), 4096);
+  EXPECT_EQ(split_partition_tokens(uniform(64, 2048, 32), false), 2048);
+  EXPECT_EQ(split_partition_tokens(uniform(32, 16384, 8), false), 16384);
+  SplitShape ragged = uniform(64, 16384, 32);
+  ragged.total = 64 * 6000;
+  EXPECT_GT(split_partition_tokens(ragged, false), 2048);
+  EXPECT_EQ(split_partition_tokens(cp_async_16bit(32, 16384, 32, 8), false), 16384);
+}
+
 TEST(DecodeSplitPlan, Fp8CachesAimAtFourCtasPerSm) {
   // GQA 32/8 fp8 d-long1: 64 splits of 512 keys (512 CTAs) where a 16-bit cache takes 32 of 1024.
   EXPECT_EQ(split_partition_tokens(uniform(1, 32768, 8, true), false), 512);
