@@ -28,7 +28,7 @@ import sys
 
 import torch
 
-from paged_cache import PAGE_SIZE, paged_cache, padded_block_table, reference_error
+from paged_cache import PAGE_SIZE, error_record, paged_cache, padded_block_table, rate_record, reference_error
 from torch_bench import graph_replay, time_us, write_records
 from torch_sdpa_decode import add_decode_args, start_decode_run
 
@@ -108,11 +108,9 @@ def main():
             print(f"vllm_fa3 {name} {NUM_Q_HEADS}/{hkv}: at most {splits} splits, max abs error {err:.3g} against the "
                   "float32 reference", file=sys.stderr, flush=True)
             med, mn = time_us(graph_replay(fn) if args.launch == "graph" else fn, args.iters)
-            gbps = valid_bytes / (med * 1e-6) / 1e9
-            rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
-                        "ratio_to_ceiling": gbps / ceiling, "max_splits": splits, "max_abs_error": err})
+            rate_record(rec, med, mn, valid_bytes, ceiling, max_splits=splits, max_abs_error=err)
         except RuntimeError as e:
-            rec.update({"error": (str(e).splitlines() or [type(e).__name__])[0][:200]})
+            error_record(rec, e)
         records.append(rec)
         print(json.dumps(rec), flush=True)
         del cache

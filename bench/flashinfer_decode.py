@@ -52,7 +52,7 @@ import sys
 
 import torch
 
-from paged_cache import PAGE_SIZE, paged_cache, padded_block_table, reference_error
+from paged_cache import PAGE_SIZE, error_record, paged_cache, padded_block_table, rate_record, reference_error
 from torch_bench import graph_replay, time_us, write_records
 from torch_sdpa_decode import add_decode_args, start_decode_run
 
@@ -164,11 +164,9 @@ def main():
                 try:
                     med, mn = time_case(cache, lens, hkv, d, kv_dtype, kernel, args.launch, args.iters,
                                         f"{rec['backend']} {name} {NUM_Q_HEADS}/{hkv} {kv_name}")
-                    gbps = valid_bytes / (med * 1e-6) / 1e9
-                    rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
-                                "ratio_to_ceiling": gbps / ceiling})
+                    rate_record(rec, med, mn, valid_bytes, ceiling)
                 except (RuntimeError, ValueError, NotImplementedError) as err:  # case not supported
-                    rec.update({"error": (str(err).splitlines() or [type(err).__name__])[0][:200]})
+                    error_record(rec, err)
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
             del cache
