@@ -8,7 +8,8 @@
 # kernels; measured at 617264c1, 2026-08-06). CUTLASS_DIR: a checkout of github.com/NVIDIA/cutlass
 # at the commit that repository pins as its csrc/cutlass submodule (62750a2b for 617264c1).
 # OUT_DIR (default .whl/fa3, git-ignored) receives libfa3_decode.so (a few MB) and SOURCE, which
-# names both commits. Nothing of either repository is kept in this one: the library is built
+# names both commits. The objects stay in $FA3_PREP_DIR (default /tmp/fa3-prep): a second run
+# compiles only the sources newer than their objects (after a change to the shim, a minute). Nothing of either repository is kept in this one: the library is built
 # from the checkouts and carried to the GPU machine in a device call (name .whl in its carry).
 #
 # Only what a bf16, head_dim 128, 16-token-page decode reaches is compiled: the paged forward
@@ -25,8 +26,7 @@ out=$(realpath -m "${3:-.whl/fa3}")
 [[ -f $cutlass/include/cute/tensor.hpp ]] || { echo "$cutlass is not a CUTLASS checkout (no include/cute)" >&2; exit 1; }
 command -v nvcc >/dev/null || { echo "nvcc is not on PATH" >&2; exit 1; }
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=${FA3_PREP_DIR:-/tmp/fa3-prep}
 mkdir -p "$work/shim/torch/headeronly/util" "$work/obj" "$out"
 cat >"$work/shim/torch/headeronly/util/Exception.h" <<'EOF'
 #pragma once
@@ -48,7 +48,9 @@ sources=("$fa/hopper/instantiations/flash_fwd_hdim128_bf16_paged_sm90.cu"
   "$fa/hopper/flash_fwd_combine.cu" "$fa/hopper/flash_prepare_scheduler.cu" "$PWD/bench/fa3_decode_shim.cu")
 pids=()
 for src in "${sources[@]}"; do
-  nvcc "${flags[@]}" -c "$src" -o "$work/obj/$(basename "$src" .cu).o" &
+  obj="$work/obj/$(basename "$src" .cu).o"
+  [[ -f $obj && $obj -nt $src ]] && continue
+  nvcc "${flags[@]}" -c "$src" -o "$obj.partial" && mv "$obj.partial" "$obj" &
   pids+=($!)
   # Two at a time: each of the two kernel instantiations takes several GB and minutes.
   if ((${#pids[@]} == 2)); then wait "${pids[0]}"; pids=("${pids[1]}"); fi
