@@ -28,8 +28,8 @@ import sys
 
 import torch
 
-from paged_cache import PAGE_SIZE, error_record, paged_cache, padded_block_table, rate_record, reference_error
-from torch_bench import graph_replay, time_us, write_records
+from paged_cache import PAGE_SIZE, paged_cache, padded_block_table, reference_error
+from torch_bench import decode_bytes, error_record, graph_replay, rate_record, time_us, write_records
 from torch_sdpa_decode import add_decode_args, start_decode_run
 
 NUM_Q_HEADS = 32
@@ -92,7 +92,7 @@ def main():
     for hkv, name, lens in cases:
         b, d, tokens = len(lens), args.head_dim, sum(lens)
         cache = paged_cache(lens, hkv, d, torch.bfloat16)
-        valid_bytes = 2 * tokens * hkv * d * 2 + 2 * b * NUM_Q_HEADS * d * 2
+        valid_bytes = decode_bytes(lens, hkv, d, 2, NUM_Q_HEADS)
         rec = {"op": "decode", "backend": "vllm_fa3", "device": device, "dtype": "bf16", "kv_dtype": "bf16",
                "layout": "NHD", "page_size": PAGE_SIZE, "num_q_heads": NUM_Q_HEADS, "num_kv_heads": hkv,
                "head_dim": d, "batch": b, "shape": name, "seq_lens_desc": f"{name} ({b} seqs, {tokens} tokens)",

@@ -52,8 +52,8 @@ import sys
 
 import torch
 
-from paged_cache import PAGE_SIZE, error_record, paged_cache, padded_block_table, rate_record, reference_error
-from torch_bench import graph_replay, time_us, write_records
+from paged_cache import PAGE_SIZE, paged_cache, padded_block_table, reference_error
+from torch_bench import decode_bytes, error_record, graph_replay, rate_record, time_us, write_records
 from torch_sdpa_decode import add_decode_args, start_decode_run
 
 try:
@@ -148,9 +148,7 @@ def main():
                 continue
             kv_dtype = KV_DTYPES[kv_name]
             cache = paged_cache(lens, hkv, d, kv_dtype)
-            # The bytes a decode must move: each valid K and V element once (not the unused
-            # tail of a last page), the queries in and the outputs out.
-            valid_bytes = 2 * tokens * hkv * d * cache[0].element_size() + 2 * b * NUM_Q_HEADS * d * 2
+            valid_bytes = decode_bytes(lens, hkv, d, cache[0].element_size(), NUM_Q_HEADS)
             for kernel in kernels:
                 if kernel == "fa3" and kv_name != "bf16":
                     continue  # FlashInfer's fa3 kernels take fp8 KV only with fp8 queries

@@ -52,15 +52,3 @@ def padded_block_table(indptr, indices):
         table[i, :len(r)] = r
     return table.cuda()
 
-
-def rate_record(rec, med, mn, valid_bytes, ceiling, **extra):
-    """Adds a timed case's figures to its record: times (us), GB/s of the bytes it must move,
-    the ratio to the run's copy ceiling, and any `extra` fields."""
-    gbps = valid_bytes / (med * 1e-6) / 1e9
-    rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
-                "ratio_to_ceiling": gbps / ceiling, **extra})
-
-
-def error_record(rec, err):
-    """Marks a record whose case the competitor does not support or failed: the error's first line."""
-    rec.update({"error": (str(err).splitlines() or [type(err).__name__])[0][:200]})

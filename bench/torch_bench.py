@@ -1,5 +1,5 @@
-"""Helpers shared by the PyTorch competitor scripts (bench/torch_sdpa_*.py): CUDA-event timing
-and writing the JSON records."""
+"""Helpers shared by the PyTorch competitor scripts (bench/torch_sdpa_*.py, the paged decode
+competitors): CUDA-event timing, the bytes a decode must move, and the JSON records."""
 import json
 import statistics
 import time
@@ -89,3 +89,22 @@ def write_records(path, records):
     with open(path, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
+
+
+def decode_bytes(lens, hkv, d, kv_element_size, num_q_heads):
+    """The bytes a decode must move: each valid K and V element once (not the unused tail of a
+    last page, nor a contiguous cache's padding), the bf16 queries in and the outputs out."""
+    return 2 * sum(lens) * hkv * d * kv_element_size + 2 * len(lens) * num_q_heads * d * 2
+
+
+def rate_record(rec, med, mn, valid_bytes, ceiling, **extra):
+    """Adds a timed case's figures to its record: times (us), GB/s of the bytes it must move,
+    the ratio to the run's copy ceiling, and any `extra` fields."""
+    gbps = valid_bytes / (med * 1e-6) / 1e9
+    rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
+                "ratio_to_ceiling": gbps / ceiling, **extra})
+
+
+def error_record(rec, err):
+    """Marks a record whose case the competitor does not support or failed: the error's first line."""
+    rec.update({"error": (str(err).splitlines() or [type(err).__name__])[0][:200]})

@@ -16,7 +16,7 @@ import json
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_bench import graph_replay, ragged_lengths, time_us, write_records
+from torch_bench import decode_bytes, error_record, graph_replay, ragged_lengths, rate_record, time_us, write_records
 
 SHAPES = [("d-long1", [32768]), ("d-mid16", [4096] * 16), ("d-b64", [2048] * 64),
           ("d-b256", [1024] * 256), ("d-b32-16k", [16384] * 32)]
@@ -86,7 +86,7 @@ def main():
         q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, hkv, length, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        valid_bytes = 2 * sum(lens) * hkv * d * 2 + 2 * q.numel() * 2
+        valid_bytes = decode_bytes(lens, hkv, d, 2, hq)
         for backend, which in BACKENDS.items():
             rec = {"op": "decode", "backend": "torch_sdpa_" + backend, "device": device,
                    "dtype": "bf16", "kv_dtype": "bf16", "layout": "contiguous", "page_size": 0,
@@ -98,11 +98,9 @@ def main():
                     fn = lambda: torch.nn.functional.scaled_dot_product_attention(
                         q, k, v, enable_gqa=hkv != hq)
                     med, mn = time_us(graph_replay(fn) if args.launch == "graph" else fn, args.iters)
-                gbps = valid_bytes / (med * 1e-6) / 1e9
-                rec.update({"time_us_median": med, "time_us_min": mn, "achieved_gbps": gbps,
-                            "ratio_to_ceiling": gbps / ceiling})
+                rate_record(rec, med, mn, valid_bytes, ceiling)
             except RuntimeError as err:  # backend does not support this shape
-                rec.update({"error": str(err).splitlines()[0][:200]})
+                error_record(rec, err)
             records.append(rec)
             print(json.dumps(rec), flush=True)
         del q, k, v
