@@ -86,12 +86,19 @@ int heuristic_splits(const Flash_fwd_params& p) {
   return num_splits_heuristic(total_mblocks, p.num_sm, n_blocks, m_blocks, size_one_kv_head, true, 128);
 }
 
-// Ints of scheduler metadata a call needs: the prepare kernel's per-sequence vectors, then the
-// tile semaphore (mha_fwd's layout).
-int metadata_ints(int batch, bool dynamic_split) {
-  const int vectors = 1 + (dynamic_split ? 1 : 0) + 1;  // prepare, dynamic splits, head swizzle
-  return 1 + round_up(batch, 4) * vectors;
-}
+// The scheduler metadata's layout (mha_fwd's): per-sequence vectors of round_up(batch, 4) ints
+// (the prepare kernel's, the dynamic splits' where the splits are planned per sequence, the
+// head swizzle's), then the tile semaphore.
+struct MetadataLayout {
+  bool dynamic_split;
+  int batch_rounded, vectors;
+  MetadataLayout(int batch, int splits)
+      : dynamic_split(batch <= kPrepareVarlenMaxBatches1Cta && splits > 1),
+        batch_rounded(round_up(batch, 4)),
+        vectors(1 + (dynamic_split ? 1 : 0) + 1) {}
+  int semaphore_offset() const { return batch_rounded * vectors; }
+  int ints() const { return semaphore_offset() + 1; }
+};
 
 void set_error(char* err, int len, const char* what) {
   if (err && len > 0) std::snprintf(err, static_cast<std::size_t>(len), "%s", what);
@@ -113,7 +120,7 @@ int fa3_plan(int batch, int num_heads, int num_heads_k, int page_size, int num_p
   const Shape s{batch, num_heads, num_heads_k, page_size, num_pages, max_pages_per_seq, max_seqlen_k};
   const Flash_fwd_params p = base_params(s);
   const int splits = requested_splits > 0 ? requested_splits : heuristic_splits(p);
-  if (metadata_ints_out) *metadata_ints_out = metadata_ints(batch, batch <= kPrepareVarlenMaxBatches1Cta && splits > 1);
+  if (metadata_ints_out) *metadata_ints_out = MetadataLayout(batch, splits).ints();
   return splits;
 }
 
@@ -153,16 +160,14 @@ int fa3_paged_decode(void* q, void* k, void* v, void* out, float* lse, int* cu_s
     p.page_table_batch_stride = max_pages_per_seq;
     p.num_splits = splits;
     p.pack_gqa = true;  // paged without TMA, and split: mha_fwd always packs
-    const bool dynamic_split = batch <= kPrepareVarlenMaxBatches1Cta && splits > 1;
+    const MetadataLayout layout(batch, splits);
     if (batch > kPrepareVarlenMaxBatches1Cta) p.num_splits = 1;
-    const int b_rounded = round_up(batch, 4);
-    const int vectors = 1 + (dynamic_split ? 1 : 0) + 1;
     p.skip_scheduler_metadata_computation = false;
     p.prepare_seqlen_q_ptr = metadata;
-    p.num_splits_dynamic_ptr = dynamic_split ? metadata + b_rounded : nullptr;
+    p.num_splits_dynamic_ptr = layout.dynamic_split ? metadata + layout.batch_rounded : nullptr;
     p.varlen_batch_idx_ptr = nullptr;
-    p.num_nheads_in_l2_ptr = metadata + b_rounded * (vectors - 1);
-    p.tile_count_semaphore_offset = b_rounded * vectors;
+    p.num_nheads_in_l2_ptr = metadata + layout.batch_rounded * (layout.vectors - 1);
+    p.tile_count_semaphore_offset = layout.semaphore_offset();
     p.tile_count_semaphore = metadata + p.tile_count_semaphore_offset;
     if (p.num_splits > 1) {
       p.oaccum_ptr = out_accum;

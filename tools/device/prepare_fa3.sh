@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the FlashAttention-3 paged decode that vLLM runs on Hopper into one shared library for
-# bench/fa3_decode.py, on a machine with nvcc (no GPU needed; about 15 minutes on 2 cores):
+# bench/fa3_decode.py, on a machine with nvcc (no GPU needed; about 9 minutes on 2 cores):
 #
 #   tools/device/prepare_fa3.sh FA_DIR CUTLASS_DIR [OUT_DIR]
 #
@@ -9,8 +9,9 @@
 # at the commit that repository pins as its csrc/cutlass submodule (62750a2b for 617264c1).
 # OUT_DIR (default .whl/fa3, git-ignored) receives libfa3_decode.so (a few MB) and SOURCE, which
 # names both commits. The objects stay in $FA3_PREP_DIR (default /tmp/fa3-prep): a second run
-# compiles only the sources newer than their objects (after a change to the shim, a minute). Nothing of either repository is kept in this one: the library is built
-# from the checkouts and carried to the GPU machine in a device call (name .whl in its carry).
+# compiles only the sources newer than their objects (after a change to the shim, a minute).
+# Nothing of either repository is kept in this one: the library is built from the checkouts and
+# carried to the GPU machine in a device call (name .whl in its carry).
 #
 # Only what a bf16, head_dim 128, 16-token-page decode reaches is compiled: the paged forward
 # kernel without and with split-KV (PagedKVNonTMA, PackGQA; the instantiations FlashAttention's
