@@ -8,9 +8,11 @@
 // The parameters are set the way that repository's mha_fwd() sets them for the call vLLM makes
 // on a decode step: varlen queries (cu_seqlens_q, one query a sequence), seqused_k, a padded
 // page table over pages of [page_size, kv_heads, head_dim], causal = true, no window, no
-// soft-cap, and the scheduler metadata computed inside the call (vLLM's full-graph mode
-// computes it ahead in its own launch; the prepare kernel is a few microseconds, launched
-// with programmatic dependent launch). Split-KV partial results go to caller-given buffers.
+// soft-cap. The scheduler metadata (FlashAttention's prepare kernel: each sequence's splits and
+// the tile semaphore) is either computed inside the call or taken as computed by an earlier call
+// with the same lengths, which is what vLLM does: it computes the metadata once a step, in its
+// attention metadata builder, and every layer's call of that step skips the prepare kernel.
+// Split-KV partial results go to caller-given buffers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -129,11 +131,14 @@ int fa3_plan(int batch, int num_heads, int num_heads_k, int page_size, int num_p
 // a stacked pool), page_table [batch, max_pages_per_seq] int32, seqused_k
 // [batch], cu_seqlens_q [batch + 1] = 0..batch, lse [num_heads, batch] f32; for splits > 1,
 // out_accum [splits, num_heads, batch, 128] and lse_accum [splits, num_heads, batch] f32;
-// metadata: fa3_plan's count of ints. Returns 0, or -1 with a message in err.
+// metadata: fa3_plan's count of ints; metadata_ready: nonzero when an earlier call with the same
+// lengths left it computed (the prepare kernel is then skipped, and the tile semaphore reset for
+// the next call as mha_fwd does: by the combine kernel, or without splits by a memset). Returns 0,
+// or -1 with a message in err.
 int fa3_paged_decode(void* q, void* k, void* v, void* out, float* lse, int* cu_seqlens_q, int* seqused_k,
                      int* page_table, int batch, int num_heads, int num_heads_k, int page_size, int num_pages,
                      int max_pages_per_seq, int max_seqlen_k, long long page_stride, int splits, float* out_accum, float* lse_accum,
-                     int* metadata, cudaStream_t stream, char* err, int err_len) {
+                     int* metadata, int metadata_ready, cudaStream_t stream, char* err, int err_len) {
   try {
     const Shape s{batch, num_heads, num_heads_k, page_size, num_pages, max_pages_per_seq, max_seqlen_k};
     Flash_fwd_params p = base_params(s);
@@ -162,7 +167,7 @@ int fa3_paged_decode(void* q, void* k, void* v, void* out, float* lse, int* cu_s
     p.pack_gqa = true;  // paged without TMA, and split: mha_fwd always packs
     const MetadataLayout layout(batch, splits);
     if (batch > kPrepareVarlenMaxBatches1Cta) p.num_splits = 1;
-    p.skip_scheduler_metadata_computation = false;
+    p.skip_scheduler_metadata_computation = metadata_ready != 0;
     p.prepare_seqlen_q_ptr = metadata;
     p.num_splits_dynamic_ptr = layout.dynamic_split ? metadata + layout.batch_rounded : nullptr;
     p.varlen_batch_idx_ptr = nullptr;
@@ -181,6 +186,7 @@ int fa3_paged_decode(void* q, void* k, void* v, void* out, float* lse, int* cu_s
       run_mha_fwd_combine_<cutlass::bfloat16_t, float, 128>(p, stream, true);
     } else {
       run_mha_fwd_<90, cutlass::bfloat16_t, 128, 128, false, true, false, true>(p, stream);
+      if (p.skip_scheduler_metadata_computation) cudaMemsetAsync(p.tile_count_semaphore, 0, sizeof(int), stream);
     }
     const cudaError_t launched = cudaGetLastError();
     if (launched != cudaSuccess) {

@@ -26,7 +26,8 @@ def paged_cache(lens, hkv, d, kv_dtype):
 
 def reference_error(q, kv, indptr, indices, lens, out, seqs):
     """Largest absolute difference between `out` and a float32 softmax(q K^T / sqrt(d)) V over
-    sequences `seqs`, gathered from the pages through the same table."""
+    sequences `seqs`, gathered from the pages through the same table; infinity where `out` holds
+    a NaN there (which max() would otherwise pass over)."""
     hq, hkv, d = q.shape[1], kv.shape[3], q.shape[2]
     # Gathered as bytes where the dtype is one byte wide: indexing kernels need not take fp8.
     raw = kv.view(torch.uint8) if kv.element_size() == 1 else kv
@@ -38,7 +39,8 @@ def reference_error(q, kv, indptr, indices, lens, out, seqs):
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = torch.einsum("hd,thd->ht", q[i].float(), k) / math.sqrt(d)
         expect = torch.einsum("ht,thd->hd", scores.softmax(dim=-1), v)
-        worst = max(worst, (out[i].float() - expect).abs().max().item())
+        diff = (out[i].float() - expect).abs().max().item()
+        worst = max(worst, math.inf if math.isnan(diff) else diff)
     return worst
 
 

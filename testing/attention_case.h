@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,8 @@ struct AttentionCase {
   std::int64_t shared_prefix = 0;      // cascade: leading tokens shared by all sequences
   std::int64_t page_size = 16;
   std::int64_t num_q_heads = 4, num_kv_heads = 1, head_dim = 64;
-  DType q_dtype = DType::kF32;         // also the output dtype
+  DType q_dtype = DType::kF32;
+  std::optional<DType> out_dtype;      // the output's dtype; q's where unset
   DType kv_dtype = DType::kF32;
   KVLayout layout = KVLayout::kNHD;
   TableFormat table = TableFormat::kBlockTable;
@@ -43,6 +45,8 @@ struct AttentionCase {
   bool sinks = false;
   bool with_lse = true;
   std::uint64_t seed = 1;
+
+  DType output_dtype() const { return out_dtype.value_or(q_dtype); }
 };
 
 struct CaseResult {

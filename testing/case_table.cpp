@@ -5,6 +5,7 @@
 // under two minutes in a Release build, checking against a double-precision oracle.
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "attention_case.h"
 #include "paged_fixture.h"
@@ -404,6 +405,37 @@ void bf16_prefill_group(Table& t) {
   }
 }
 
+// Outputs of another dtype than q's, through every op: f32 outputs of 16-bit queries (the
+// output rows' f32 stores), 16-bit outputs of f32 queries, and bf16 to f16; KV dtypes rotating.
+void output_dtype_group(Table& t) {
+  std::size_t i = 0;
+  constexpr std::array<std::pair<DType, DType>, 4> kPairs = {
+      std::pair{DType::kBF16, DType::kF32}, std::pair{DType::kF16, DType::kF32},
+      std::pair{DType::kF32, DType::kBF16}, std::pair{DType::kBF16, DType::kF16}};
+  for (const auto& [q, out] : kPairs) {
+    for (Op op : {Op::kDecode, Op::kDecodeSplitK, Op::kPrefill, Op::kCascade}) {
+      AttentionCase c;
+      c.op = op;
+      c.q_dtype = q;
+      c.out_dtype = out;
+      c.kv_dtype = pick(std::array{DType::kBF16, q, DType::kF8E4M3}, i);
+      c.layout = pick(kLayouts, i);
+      c.head_dim = pick(std::array<std::int64_t, 2>{128, 64}, i);
+      c.num_q_heads = 8;
+      c.num_kv_heads = 2;
+      c.kv_lens = {1, 17, 130, 0};
+      if (op == Op::kPrefill) c.q_lens = q_lens_for(c.kv_lens, i);
+      if (op == Op::kCascade) {
+        c.shared_prefix = 20;
+        c.kv_lens = {21, 37, 150, 20};
+      }
+      rotate_rest(c, i);
+      t.add(c, "output-dtype", true);
+      ++i;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<AttentionCase> standard_cases(bool quick) {
@@ -417,6 +449,7 @@ std::vector<AttentionCase> standard_cases(bool quick) {
   random_group(t, 120);
   bf16_decode_group(t);
   bf16_prefill_group(t);
+  output_dtype_group(t);
   return t.take();
 }
 

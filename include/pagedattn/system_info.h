@@ -30,8 +30,9 @@ std::vector<std::string> cpu_compiled_simd_targets();
 // "none" (f32 products throughout).
 std::string cpu_bf16_products();
 int cpu_hardware_threads();
-// Bytes of the CPU's last-level data cache as the C library reports it (32 MiB where it reports
-// nothing). On a virtual machine this is the host's cache, shared with other tenants.
+// Bytes of the largest data cache one core of this CPU uses, as /sys reports it for cpu0 (else
+// as the C library does; 32 MiB where neither says). On a virtual machine this is the host's
+// cache, shared with other tenants.
 std::int64_t cpu_last_level_cache_bytes();
 
 }  // namespace pagedattn

@@ -36,8 +36,8 @@ bool decode_bf16_on_fmas();
 // PAGEDATTN_CPU_DECODE_AMX is "0".
 bool decode_bf16_amx_logits();
 
-// Bytes of the last-level data cache as the C library reports it (32 MiB where it reports
-// nothing); defined in cpu_info.cpp.
+// Bytes of the last-level data cache one core uses (cpu_last_level_cache_bytes); defined in
+// cpu_info.cpp.
 std::int64_t last_level_cache_bytes();
 
 }  // namespace pagedattn::cpu

@@ -15,7 +15,13 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <string>
+#include <string_view>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_features.h"
@@ -28,8 +34,32 @@ HWY_EXPORT(TargetNameImpl);
 
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
+namespace {
+// The largest data or unified cache /sys reports for cpu0, in bytes (0 where it reports none).
+// /sys gives the cache one core can use; glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) gives, on AMD
+// CPUs of several core complexes, the sum over the socket (256 MiB on an EPYC whose cores each
+// see a 32 MiB L3), which would take a call that streams from DRAM for one that fits.
+std::int64_t sysfs_last_level_cache_bytes() {
+  std::int64_t best = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream type_file(dir + "type"), size_file(dir + "size");
+    std::string type, size;
+    if (!(type_file >> type) || !(size_file >> size) || type == "Instruction") continue;
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(size.data(), size.data() + size.size(), value);
+    if (ec != std::errc{} || value <= 0) continue;
+    const std::string_view unit(end, static_cast<std::size_t>(size.data() + size.size() - end));
+    const int shift = unit == "K" ? 10 : unit == "M" ? 20 : unit == "G" ? 30 : 0;
+    best = std::max(best, value << shift);
+  }
+  return best;
+}
+}  // namespace
+
 std::int64_t last_level_cache_bytes() {
   static const std::int64_t bytes = [] {
+    if (const std::int64_t b = sysfs_last_level_cache_bytes(); b > 0) return b;
     for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
       const long b = sysconf(name);
       if (b > 0) return static_cast<std::int64_t>(b);

@@ -39,9 +39,7 @@ void merge_states(std::span<const StateView> inputs, const StateView& out, const
           if (w == 0.0f) continue;
           const std::byte* v = s.v + (r * s.v_row_stride + h * s.v_head_stride) *
                                          static_cast<std::int64_t>(dtype_size(s.dtype));
-          for (std::int64_t d = 0; d < head_dim; ++d) {
-            acc[static_cast<std::size_t>(d)] += w * load_as_float(v, s.dtype, d);
-          }
+          add_scaled_row(v, s.dtype, head_dim, w, acc.data());
         }
       }
       const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;

@@ -1,8 +1,8 @@
-// The vector row conversions of src/cpu/row_convert.h (q rows in, output rows out) against the
-// scalar conversions of dtype.h, element by element and bit for bit, on every SIMD target this
-// build has and this CPU runs: random values, round-to-even ties, values that round up to the
-// next binade or to infinity, subnormals, zeros of both signs, infinities and NaNs, and row
-// lengths with and without a tail after the last whole vector.
+// The vector row conversions of src/cpu/row_convert.h (q rows in, output rows out, cache writes,
+// state merges) against the scalar conversions of dtype.h, element by element and bit for bit,
+// on every SIMD target this build has and this CPU runs: random values, round-to-even ties,
+// values that round up to the next binade or to infinity, subnormals, zeros of both signs,
+// infinities and NaNs, and row lengths with and without a tail after the last whole vector.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -102,6 +102,69 @@ TEST(RowConvert, LoadMatchesTheScalarDecoding) {
         for (std::int64_t i = 0; i < n; ++i) {
           ASSERT_TRUE(same_float(got[static_cast<std::size_t>(i)], load_as_float(row.data(), t, i) * 0.5f))
               << to_string(t) << " n=" << n << " element " << i << " got " << got[static_cast<std::size_t>(i)] << " want " << load_as_float(row.data(), t, i) * 0.5f;
+        }
+      }
+    }
+  });
+}
+
+// Every f32 exponent with mantissas at and around each format's rounding points (ties to even
+// and to odd, one below and above them, all ones), both signs: the stores' codes byte for byte,
+// NaN codes included (each encoder has one).
+TEST(RowConvert, StoreMatchesTheScalarEncodingOnEveryExponent) {
+  std::vector<float> x;
+  for (std::uint32_t sign : {0u, 0x80000000u}) {
+    for (std::uint32_t exponent = 0; exponent < 256; ++exponent) {
+      std::vector<std::uint32_t> mantissas = {0u, 1u, 0x7fffffu};
+      for (int j = 0; j < 23; ++j) {
+        for (std::uint32_t m : {1u << j, (1u << j) - 1u, (1u << j) + 1u, 3u << j, (3u << j) - 1u, (3u << j) + 1u}) {
+          mantissas.push_back(m & 0x7fffffu);
+        }
+      }
+      for (std::uint32_t m : mantissas) x.push_back(std::bit_cast<float>(sign | exponent << 23 | m));
+    }
+  }
+  const auto n = static_cast<std::int64_t>(x.size());
+  on_every_target([&] {
+    for (const DType t : kDtypes) {
+      if (t == DType::kF32) continue;  // stored as given (a NaN's payload may be quieted)
+      const auto bytes = static_cast<std::size_t>(n) * dtype_size(t);
+      std::vector<std::byte> got(bytes), want(bytes);
+      store_scaled_row(x.data(), n, 1.0f, t, got.data());
+      for (std::int64_t i = 0; i < n; ++i) store_from_float(want.data(), t, i, x[static_cast<std::size_t>(i)]);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto at = static_cast<std::size_t>(i) * dtype_size(t);
+        ASSERT_EQ(std::memcmp(got.data() + at, want.data() + at, dtype_size(t)), 0)
+            << to_string(t) << " element " << i << " from bits 0x" << std::hex << std::bit_cast<std::uint32_t>(x[static_cast<std::size_t>(i)]);
+      }
+    }
+  });
+}
+
+TEST(RowConvert, AddScaledMatchesTheScalarSum) {
+  on_every_target([] {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (const DType t : kDtypes) {
+      for (const std::int64_t n : {1, 7, 16, 37, 128, 131}) {
+        const std::vector<float> values = special_and_random_values(n);
+        std::vector<std::byte> row(static_cast<std::size_t>(n) * dtype_size(t));
+        for (std::int64_t i = 0; i < n; ++i) store_from_float(row.data(), t, i, values[static_cast<std::size_t>(i)]);
+        std::vector<float> acc(static_cast<std::size_t>(n));
+        for (float& a : acc) a = normal(rng);
+        std::vector<float> got = acc;
+        add_scaled_row(row.data(), t, n, 0.75f, got.data());
+        for (std::int64_t i = 0; i < n; ++i) {
+          const auto k = static_cast<std::size_t>(i);
+          const float want = acc[k] + load_as_float(row.data(), t, i) * 0.75f;
+          if (!std::isfinite(want)) {
+            ASSERT_TRUE(same_float(got[k], want)) << to_string(t) << " n=" << n << " element " << i;
+            continue;
+          }
+          // A fused multiply-add rounds once where the scalar sum rounds twice.
+          const float tol = 2.0f * std::numeric_limits<float>::epsilon() *
+                            (std::fabs(acc[k]) + std::fabs(load_as_float(row.data(), t, i) * 0.75f));
+          ASSERT_NEAR(got[k], want, tol) << to_string(t) << " n=" << n << " element " << i;
         }
       }
     }

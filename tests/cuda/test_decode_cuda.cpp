@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,12 +37,14 @@ using test::DeviceProblem;
 struct Case : test::ProblemSpec {
   DecodeVariant variant = DecodeVariant::kAuto;
   int partition = 0;
+  std::optional<DType> out_dtype;  // the output's dtype where it is not q's
 };
 
 std::string name_of(const Case& c) {
   std::string s = test::spec_name(c);
   if (c.variant == DecodeVariant::kOnePass) s += "_onepass";
   if (c.variant == DecodeVariant::kSplitK) s += "_split" + std::to_string(c.partition);
+  if (c.out_dtype) s += "_out_" + std::string(to_string(*c.out_dtype));
   return test::gtest_name(s);
 }
 
@@ -53,14 +56,15 @@ TEST_P(CudaDecode, MatchesReference) {
   HostProblem h = build(c, 42);
   const AttentionParams host_params = params_of(c, h);
   const std::int64_t S = static_cast<std::int64_t>(c.lens.size());
-  const std::size_t out_bytes = static_cast<std::size_t>(S * c.num_q_heads * c.head_dim) * dtype_size(c.q);
+  const DType out_t = c.out_dtype.value_or(c.q);
+  const std::size_t out_bytes = static_cast<std::size_t>(S * c.num_q_heads * c.head_dim) * dtype_size(out_t);
 
   std::vector<std::byte> want(out_bytes);
   std::vector<float> want_lse(static_cast<std::size_t>(S * c.num_q_heads));
   Context ref = Context::cpu();
   ref.implementation = Implementation::kReference;
   const PageTable host_table = h.table();
-  decode(ref, h.q_view, h.cache, host_table, host_params, TensorView(want.data(), c.q, {S, c.num_q_heads, c.head_dim}),
+  decode(ref, h.q_view, h.cache, host_table, host_params, TensorView(want.data(), out_t, {S, c.num_q_heads, c.head_dim}),
          TensorView(want_lse.data(), DType::kF32, {S, c.num_q_heads}));
 
   DeviceProblem d = to_device(h, host_params);
@@ -72,12 +76,14 @@ TEST_P(CudaDecode, MatchesReference) {
   ctx.workspace = {static_cast<std::byte*>(scratch.get()), scratch.bytes()};
   DecodeOptions options{c.variant, c.partition, &host_table};
   decode(ctx, d.q.view, d.cache, d.table, d.params,
-         TensorView(out.get(), c.q, {S, c.num_q_heads, c.head_dim}, Device::cuda(0)),
+         TensorView(out.get(), out_t, {S, c.num_q_heads, c.head_dim}, Device::cuda(0)),
          TensorView(lse.get(), DType::kF32, {S, c.num_q_heads}, Device::cuda(0)), options);
   test::cuda_ok(cudaDeviceSynchronize(), "decode");
   std::vector<float> got_lse(want_lse.size());
   lse.download(got_lse.data());
-  expect_close(to_floats(out.snapshot(), c.q), to_floats(want, c.q), tolerance(c.q), "output");
+  // The kernels compute in q's precision (bf16 or f16 probabilities into the p.v): the coarser
+  // of q's and the output's tolerances.
+  expect_close(to_floats(out.snapshot(), out_t), to_floats(want, out_t), std::max(tolerance(c.q), tolerance(out_t)), "output");
   expect_close(got_lse, want_lse, 1e-3, "lse");
 }
 
@@ -131,6 +137,12 @@ std::vector<Case> cases() {
   // bf16 q past f16's range over a fp8 cache: the tensor-core kernel scales it into range first.
   { Case c; c.kv = DType::kF8E4M3; c.q_amp = 200000.0f; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kOnePass; c.lens = ragged; out.push_back(c); }
+  // An output dtype other than q's, through each kernel family's store: the bf16 TMA kernel
+  // (one pass and split-K), f32 q, and the fp8 tensor-core kernel.
+  { Case c; c.out_dtype = DType::kF32; c.lens = ragged; out.push_back(c); }
+  { Case c; c.out_dtype = DType::kF16; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.lens = ragged; out.push_back(c); }
+  { Case c; c.q = DType::kF32; c.out_dtype = DType::kBF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.out_dtype = DType::kF32; c.lens = ragged; out.push_back(c); }
   // One CTA over more than 1024 pages: its page ids are staged in several chunks (the TMA
   // variant's barrier phases run on across them); a window starting mid-tile, and sequences
   // ending mid-tile in the second chunk.
