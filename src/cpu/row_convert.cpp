@@ -77,8 +77,8 @@ using DI = hn::RebindToSigned<DF>;
 using VI = hn::Vec<DI>;
 
 // The f32 bits of v without their sign (as i32: comparisons on them order the magnitudes), and
-// the sign moved to bit `kSignBit`.
-// (Highway 1.0 has no Ge on integer lanes: a >= c is written a > c - 1.)
+// the sign moved to bit `kSignBit`. (The encoders below write a >= c as a > c - 1: Highway 1.0
+// has no Ge on integer lanes.)
 template <int kSignBit>
 HWY_INLINE void magnitude_and_sign(hn::Vec<DF> v, VI& a, VI& sign) {
   const DI di;
