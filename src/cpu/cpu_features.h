@@ -32,6 +32,12 @@ ProductRates bf16_product_rates();
 inline constexpr double kFmaOverBf16Dots = 2.5;
 // That choice, unless PAGEDATTN_CPU_DECODE_FMA is "0" or "1".
 bool decode_bf16_on_fmas();
+// The bf16 prefill's tiles take f32 FMAs on converted rows instead of VDPBF16PS where FMAs
+// issue at least this many times as fast (and there are no AMX tiles): a tile converts each K/V
+// row once for up to 256 query rows, so break-even is the 2x of multiply-adds per instruction.
+inline constexpr double kPrefillFmaOverBf16Dots = 2.0;
+// That choice, unless PAGEDATTN_CPU_PREFILL_FMA is "0" or "1".
+bool prefill_bf16_on_fmas();
 // Whether those FMA units take their logits on AMX tiles: amx_tiles_enabled(), unless
 // PAGEDATTN_CPU_DECODE_AMX is "0".
 bool decode_bf16_amx_logits();

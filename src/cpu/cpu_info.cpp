@@ -87,7 +87,9 @@ std::string cpu_bf16_products() {
   const cpu::ProductRates r = cpu::bf16_product_rates();
   char rates[96];
   std::snprintf(rates, sizeof(rates), "VDPBF16PS %.2f/ns, FMA %.2f/ns", r.bf16_dot_per_ns, r.fma_per_ns);
-  const std::string prefill = cpu::amx_tiles_enabled() ? "amx-bf16" : "avx512-bf16";
+  const std::string prefill = cpu::amx_tiles_enabled()      ? "amx-bf16"
+                              : cpu::prefill_bf16_on_fmas() ? "f32 FMAs"
+                                                            : "avx512-bf16";
   const std::string decode = !cpu::decode_bf16_on_fmas()    ? "avx512-bf16"
                              : cpu::decode_bf16_amx_logits() ? "amx-bf16 logits + f32 FMAs"
                                                              : "f32 FMAs";

@@ -86,7 +86,8 @@ TileProducts tile_products(const detail::AttentionProblem& p) {
   static const bool amx = amx_tiles_enabled();
   const bool kv_as_bf16 = p.kv.dtype == DType::kBF16 || is_fp8(p.kv.dtype);
   if (!bf16 || p.qo.q_dtype != DType::kBF16 || !kv_as_bf16) return TileProducts::kF32;
-  return amx && p.head_dim % 32 == 0 ? TileProducts::kAmx : TileProducts::kBf16Dot;
+  if (amx && p.head_dim % 32 == 0) return TileProducts::kAmx;
+  return prefill_bf16_on_fmas() ? TileProducts::kF32 : TileProducts::kBf16Dot;
 }
 
 }  // namespace

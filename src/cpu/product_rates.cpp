@@ -66,6 +66,15 @@ bool decode_bf16_on_fmas() {
   return on;
 }
 
+bool prefill_bf16_on_fmas() {
+  static const bool on = [] {
+    const ProductRates r = bf16_product_rates();
+    const bool measured = r.bf16_dot_per_ns > 0.0 && r.fma_per_ns >= kPrefillFmaOverBf16Dots * r.bf16_dot_per_ns;
+    return detail::env_switch("PAGEDATTN_CPU_PREFILL_FMA", measured);
+  }();
+  return on;
+}
+
 bool decode_bf16_amx_logits() {
   static const bool on = amx_tiles_enabled() && !detail::env_switched_off("PAGEDATTN_CPU_DECODE_AMX");
   return on;
