@@ -88,11 +88,11 @@ HWY_INLINE hn::Vec<DF> load_f32(DF df, const std::byte* row, std::size_t i) {
     const hn::Rebind<std::uint16_t, DF> du16;
     const auto b = hn::PromoteTo(du16, hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(row) + i));
     const auto mag = hn::And(b, hn::Set(du16, 0x7fu));
-    const auto half = hn::Or(hn::ShiftLeft<8>(hn::Xor(b, mag)), hn::ShiftLeft<7>(mag));
+    const auto sign = hn::ShiftLeft<8>(hn::Xor(b, mag));  // the code's sign bit in a half's place
+    const auto half = hn::Or(sign, hn::ShiftLeft<7>(mag));
     // 0x7f and 0xff are NaN: a half NaN of the code's sign (as dtype.h decodes it, so that a
     // cache write from e4m3 rows stores the same bytes on every backend), before the conversion.
-    const auto nan_half = hn::IfThenElse(hn::Eq(mag, hn::Set(du16, 0x7fu)),
-                                         hn::Or(hn::ShiftLeft<8>(hn::Xor(b, mag)), hn::Set(du16, 0x7e00u)), half);
+    const auto nan_half = hn::IfThenElse(hn::Eq(mag, hn::Set(du16, 0x7fu)), hn::Or(sign, hn::Set(du16, 0x7e00u)), half);
     return hn::Mul(f16_bits_to_f32(df, nan_half), hn::Set(df, 256.0f));
   }
 }
