@@ -93,8 +93,10 @@ struct DecodeOptions {
   int partition_size = 0;  // split-K tokens per partition (a multiple of page_size); 0 = planner
   // CUDA: a host copy of `table` (same format and shapes). The op validates page ids and
   // lengths and plans its split from this copy, so it never reads device memory from the host
-  // (no synchronisation, safe inside a CUDA graph). Required when the table lives on the GPU;
-  // ignored on the CPU.
+  // (no synchronisation, safe inside a CUDA graph). Required on CUDA, where `table` itself is
+  // the one on the GPU; ignored on the CPU. A graph replays correctly for new device lengths
+  // and page ids within the table's shape; a sequence longer than in this copy is still read
+  // whole (the plan's last split takes the keys past it), only slower.
   const PageTable* host_table = nullptr;
   // Sequences whose leading pages are the same physical pages (forks, prefix-cache hits) need
   // those pages read only once: decode looks for them in the (host) table with
@@ -103,10 +105,11 @@ struct DecodeOptions {
   // variant kAuto and partition_size 0, without ALiBi or a sliding window (positions differ per
   // level), and on CUDA only while the stream is not being captured (a graph replay may see
   // other pages shared), when ctx.workspace, if given, is large enough, and with at most 16
-  // levels. On CUDA the layout found is uploaded by an asynchronous copy through
-  // page-locked staging buffers (it does not wait for the stream's work). Results then depend,
-  // within rounding, on which pages the batch shares (another summation order), not on the
-  // other sequences' values. false: always plain.
+  // levels. On CUDA the layout found is uploaded by an asynchronous copy through four
+  // page-locked staging buffers per thread: it does not wait for the stream's work unless four
+  // earlier uploads of this thread are still in flight (then it waits for the oldest). Results
+  // then depend, within rounding, on which pages the batch shares (another summation order),
+  // not on the other sequences' values. false: always plain.
   bool cascade = true;
   std::int64_t cascade_min_saved_tokens = 4096;
   // true (the default): the same inputs give bit-identical outputs and LSEs, run after run.

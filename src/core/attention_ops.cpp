@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/backend_select.h"
@@ -25,7 +26,8 @@ namespace {
 detail::AttentionProblem resolve_common(const Context& ctx, const TensorView& q,
                                         const PagedKV& cache, const PageTable& table,
                                         const AttentionParams& params, const TensorView& out,
-                                        const TensorView& lse, std::int64_t num_tokens) {
+                                        const TensorView& lse, std::int64_t num_tokens,
+                                        std::string_view table_name) {
   detail::AttentionProblem p;
   p.kv = detail::resolve_cache(ctx, cache);
   check_arg(q.rank() == 3,
@@ -36,7 +38,7 @@ detail::AttentionProblem resolve_common(const Context& ctx, const TensorView& q,
   detail::check_heads(p.num_q_heads, p.num_kv_heads, "q");
   p.qo = detail::resolve_qo(ctx, q, out, lse, num_tokens, p.num_q_heads, p.head_dim);
   p.variant = detail::resolve_variant(ctx, params, p.num_q_heads, p.head_dim);
-  p.table = detail::resolve_table(ctx, table, p.kv);
+  p.table = detail::resolve_table(ctx, table, p.kv, table_name);
   return p;
 }
 
@@ -83,10 +85,15 @@ DecodeCall resolve_decode(const Context& ctx, const TensorView& q, const PagedKV
   // The table whose values are checked and searched: the host copy on CUDA.
   const PageTable& checked_table = c.on_gpu ? *options.host_table : table;
   detail::AttentionProblem& p = c.p;
-  p = resolve_common(ctx, q, cache, checked_table, params, out, lse, q.size(0));
+  p = resolve_common(ctx, q, cache, checked_table, params, out, lse, q.size(0),
+                     c.on_gpu ? "options.host_table" : "table");
   p.num_seqs = p.table.num_rows;
   check_arg(q.size(0) == p.num_seqs, [&] {
     return "q has " + std::to_string(q.size(0)) + " sequences but the page table has " + std::to_string(p.num_seqs);
+  });
+  // The CUDA grids put sequences in grid.z; checked here, before the cascade path uploads anything.
+  check_supported(!c.on_gpu || p.num_seqs <= 65535, [&] {
+    return "decode on CUDA supports at most 65535 sequences per call, got " + std::to_string(p.num_seqs);
   });
   p.variant.causal = false;  // the single query is the last position: nothing lies after it
   check_arg(options.partition_size >= 0 && options.partition_size % p.kv.page_size == 0, [&] {
@@ -100,6 +107,9 @@ DecodeCall resolve_decode(const Context& ctx, const TensorView& q, const PagedKV
   // The device table is checked against its host copy before either path runs.
   c.host_access = p.table;
   c.device_access = c.on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
+  const std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, table, params);
+  detail::check_outputs_apart(out, lse, inputs);
+  if (c.on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);
   return c;
 }
 
@@ -189,7 +199,8 @@ PrefillCall resolve_prefill(const Context& ctx, const TensorView& q, const Tenso
            "GPU memory";
   });
   detail::AttentionProblem& p = c.p;
-  p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table, params, out, lse, q.size(0));
+  p = resolve_common(ctx, q, cache, on_gpu ? *options.host_table : table, params, out, lse, q.size(0),
+                     on_gpu ? "options.host_table" : "table");
   p.num_seqs = p.table.num_rows;
   // qo_indptr is checked on the host: the CPU op's own tensor, or the CUDA op's host copy.
   const TensorView& host_indptr = on_gpu ? options.host_qo_indptr : qo_indptr;
@@ -215,6 +226,10 @@ PrefillCall resolve_prefill(const Context& ctx, const TensorView& q, const Tenso
     return indptr_name + "[num_seqs] is " + std::to_string(indptr[p.num_seqs]) + " but q has " +
            std::to_string(q.size(0)) + " tokens";
   });
+  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, table, params);
+  inputs.push_back({&qo_indptr, "qo_indptr"});
+  detail::check_outputs_apart(out, lse, inputs);
+  if (on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);
   if (!on_gpu) {
     p.qo_indptr = indptr;
     return c;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/backend_select.h"
+#include "core/overlap.h"
 #include "core/validate.h"
 #include "cpu/cache_writes.h"
 #include "pagedattn/error.h"
@@ -63,6 +64,18 @@ cuda::IndexView device_indices(const TensorView& t) {
   return {t.data(), t.dtype(), t.stride(0), t.rank() > 1 ? t.stride(1) : 0};
 }
 #endif
+
+// Rejects an input that lies in the cache the op writes: its values would be read while other
+// threads overwrite them, and what is stored would depend on the order of the writes.
+void check_apart_from_cache(const PagedKV& cache, std::initializer_list<detail::NamedView> inputs) {
+  for (const detail::NamedView& in : inputs) {
+    if (!in.view->defined()) continue;
+    for (const auto& [side, side_name] : {std::pair{&cache.k, "cache.k"}, std::pair{&cache.v, "cache.v"}}) {
+      check_arg(!detail::views_overlap(*in.view, *side),
+                [&] { return in.name + " overlaps " + side_name + " (which the op writes) in memory"; });
+    }
+  }
+}
 }  // namespace
 
 void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, const TensorView& v,
@@ -80,6 +93,11 @@ void append_kv(const Context& ctx, const PagedKV& cache, const TensorView& k, co
     detail::check_dim(*t, name, 1, kv.num_kv_heads, "num_kv_heads");
     detail::check_dim(*t, name, 2, kv.head_dim, "head_dim");
   }
+  check_apart_from_cache(cache, {{&k, "k"},
+                                 {&v, "v"},
+                                 {&slot_mapping, "slot_mapping"},
+                                 {&cache.k_head_scales, "cache.k_head_scales"},
+                                 {&cache.v_head_scales, "cache.v_head_scales"}});
   std::vector<std::int64_t> slots(static_cast<std::size_t>(n));
   std::set<std::int64_t> seen;
   const std::int64_t num_slots = kv.num_pages * kv.page_size;
@@ -112,6 +130,7 @@ void copy_blocks(const Context& ctx, const PagedKV& cache, const TensorView& blo
   const TensorView& host_map = host_indices(ctx, block_mapping, "block_mapping",
                                             options.host_block_mapping, "host_block_mapping", 2);
   detail::check_dim(block_mapping, "block_mapping", 1, 2, "(src, dst)");
+  check_apart_from_cache(cache, {{&block_mapping, "block_mapping"}});
   const std::int64_t n = block_mapping.size(0);
   std::vector<std::pair<std::int64_t, std::int64_t>> mapping(static_cast<std::size_t>(n));
   std::set<std::int64_t> sources, destinations;

@@ -171,6 +171,9 @@ CascadeCall resolve_cascade(const Context& ctx, const TensorView& q, const Paged
   AttentionProblem& base = call.base;
   base.kv = detail::resolve_cache(ctx, cache);
   base.num_seqs = q.size(0);
+  check_supported(!on_gpu || base.num_seqs <= 65535, [&] {
+    return "cascade_decode on CUDA supports at most 65535 sequences per call, got " + std::to_string(base.num_seqs);
+  });
   base.num_q_heads = q.size(1);
   base.num_kv_heads = base.kv.num_kv_heads;
   base.head_dim = base.kv.head_dim;
@@ -208,6 +211,15 @@ CascadeCall resolve_cascade(const Context& ctx, const TensorView& q, const Paged
       if (r >= 0) total[static_cast<std::size_t>(s)] += plan.table.row(r).kv_len;
     }
   }
+  // The levels the kernels read (the device tensors on CUDA), apart from the outputs.
+  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, levels[0].table, params, "levels[0].table");
+  for (std::size_t l = 0; l < levels.size(); ++l) {
+    const std::string name = "levels[" + std::to_string(l) + "]";
+    if (l > 0) detail::add_table_inputs(inputs, levels[l].table, name + ".table");
+    inputs.push_back({&levels[l].seq_to_row, name + ".seq_to_row"});
+  }
+  detail::check_outputs_apart(out, lse, inputs);
+  if (on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);
 
   return call;
 }

@@ -170,10 +170,12 @@ std::vector<detail::PageRun> page_runs(const std::vector<std::pair<std::int64_t,
       detail::PageRun r;
       r.src = st->data + st->offset(pairs[i].first, 0, 0, 0) * esize;
       r.dst = dt->data + dt->offset(pairs[i].second, 0, 0, 0) * esize;
-      r.src_pitch = st->page_stride * esize;
-      r.dst_pitch = dt->page_stride * esize;
       r.bytes = page_bytes;
       r.pages = static_cast<std::int64_t>(j - i);
+      // A lone page's pitch is its size: the page stride may be anything there (0 for a cache of
+      // one page), and a 2-D copy takes no pitch below its width.
+      r.src_pitch = r.pages == 1 ? page_bytes : st->page_stride * esize;
+      r.dst_pitch = r.pages == 1 ? page_bytes : dt->page_stride * esize;
       runs.push_back(r);
     }
     i = j;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 
 #include "core/overlap.h"
 #include "pagedattn/error.h"
@@ -137,7 +139,11 @@ KVCacheAccess resolve_cache(const Context& ctx, const PagedKV& cache, std::strin
     default: check_arg(false, n + ".layout is not a known KVLayout");
   }
   check_head_dim(kv.head_dim, n);
-  check_arg(kv.page_size >= 1, [&] { return n + " page_size is " + str(kv.page_size) + ", expected >= 1"; });
+  // A page holds at most one sequence's worth of tokens (lengths are 32-bit); the kernels divide
+  // by page_size in 32 bits.
+  check_arg(kv.page_size >= 1 && kv.page_size <= kMaxSeqLen, [&] {
+    return n + " page_size is " + str(kv.page_size) + ", expected in [1, " + str(kMaxSeqLen) + "]";
+  });
   check_arg(kv.num_kv_heads >= 1, [&] { return n + " num_kv_heads is " + str(kv.num_kv_heads); });
   // V must describe the same geometry as K.
   const TensorView& v = cache.v;
@@ -375,6 +381,57 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
     a.lse_head_stride = lse.stride(1);
   }
   return a;
+}
+
+void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, std::string_view table_name) {
+  const std::string t(table_name);
+  if (const auto* bt = std::get_if<BlockTable>(&table)) {
+    inputs.push_back({&bt->block_table, t + ".block_table"});
+    inputs.push_back({&bt->seq_lens, t + ".seq_lens"});
+  } else if (const auto* csr = std::get_if<CsrPageTable>(&table)) {
+    inputs.push_back({&csr->indptr, t + ".indptr"});
+    inputs.push_back({&csr->indices, t + ".indices"});
+    inputs.push_back({&csr->last_page_len, t + ".last_page_len"});
+  }
+}
+
+std::vector<NamedView> attention_inputs(const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+                                        std::string_view table_name) {
+  std::vector<NamedView> inputs = {{&cache.k, "cache.k"},
+                                   {&cache.v, "cache.v"},
+                                   {&cache.k_head_scales, "cache.k_head_scales"},
+                                   {&cache.v_head_scales, "cache.v_head_scales"},
+                                   {&params.alibi_slopes, "params.alibi_slopes"},
+                                   {&params.sinks, "params.sinks"}};
+  add_table_inputs(inputs, table, table_name);
+  return inputs;
+}
+
+void check_outputs_apart(const TensorView& out, const TensorView& lse, std::span<const NamedView> inputs) {
+  for (const auto& [output, output_name] : {std::pair{&out, "out"}, std::pair{&lse, "lse"}}) {
+    if (!output->defined()) continue;
+    for (const NamedView& in : inputs) {
+      if (!in.view->defined()) continue;
+      check_arg(!views_overlap(*output, *in.view),
+                [&] { return std::string(output_name) + " overlaps " + in.name + " in memory"; });
+    }
+  }
+}
+
+void check_workspace_apart(const Context& ctx, const TensorView& q, const TensorView& out, const TensorView& lse,
+                           std::span<const NamedView> views) {
+  if (ctx.workspace.empty()) return;
+  // The scratch as a tensor of one-byte elements (the dtype only sets the element size).
+  const TensorView ws(ctx.workspace.data(), DType::kF8E4M3, {static_cast<std::int64_t>(ctx.workspace.size())},
+                      ctx.device);
+  std::vector<NamedView> all(views.begin(), views.end());
+  all.push_back({&q, "q"});
+  all.push_back({&out, "out"});
+  all.push_back({&lse, "lse"});
+  for (const NamedView& v : all) {
+    if (!v.view->defined()) continue;
+    check_arg(!views_overlap(ws, *v.view), [&] { return "ctx.workspace overlaps " + v.name + " in memory"; });
+  }
 }
 
 AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,

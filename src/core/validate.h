@@ -3,8 +3,10 @@
 // pagedattn::Error naming the argument; it reads but never writes.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/problem.h"
 #include "pagedattn/attention_params.h"
@@ -55,6 +57,25 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
 
 AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,
                                  std::int64_t num_q_heads, std::int64_t head_dim);
+
+// An input an op reads while it writes its outputs, with its name for messages.
+struct NamedView {
+  const TensorView* view = nullptr;
+  std::string name;
+};
+// The tensors of a cache, a page table and the attention parameters, named as the ops name them
+// (`table_name`: "table", "levels[1].table"); views that are not defined are left out.
+std::vector<NamedView> attention_inputs(const PagedKV& cache, const PageTable& table, const AttentionParams& params,
+                                        std::string_view table_name = "table");
+void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, std::string_view table_name);
+// Rejects an output (out, lse; `lse` may be undefined) that shares memory with one of `inputs`:
+// the kernels would write bytes that other threads are still reading (a cache, a page table's
+// ids, a parameter). q's rules are resolve_qo's.
+void check_outputs_apart(const TensorView& out, const TensorView& lse, std::span<const NamedView> inputs);
+// Rejects a ctx.workspace (when given) that shares memory with one of `views` (an op's inputs
+// and outputs): the scratch the op writes would overwrite them. q, out and lse are added here.
+void check_workspace_apart(const Context& ctx, const TensorView& q, const TensorView& out, const TensorView& lse,
+                           std::span<const NamedView> views);
 
 void check_head_dim(std::int64_t head_dim, std::string_view name);
 void check_heads(std::int64_t num_q_heads, std::int64_t num_kv_heads, std::string_view name);

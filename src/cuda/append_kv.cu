@@ -51,7 +51,9 @@ __global__ void append_kv_kernel(const __grid_constant__ AppendParams prm) {
     const std::int64_t row = idx / runs_per_row;  // token * num_kv_heads + head
     const std::int64_t head = row % kv.num_kv_heads, token = row / kv.num_kv_heads;
     const std::int64_t slot = prm.slots.at(token);
-    if (slot < 0) continue;  // -1: the token is not stored
+    // -1: the token is not stored. A slot past the pool (a graph replayed with indices the host
+    // copy did not hold) is not stored either, rather than written out of bounds.
+    if (slot < 0 || slot >= kv.num_pages * kv.page_size) continue;
     const std::int64_t page = slot / kv.page_size, offset = slot % kv.page_size;
     const std::int64_t d0 = run * kRun;
 #pragma unroll

@@ -24,7 +24,7 @@ struct CopyParams {
   detail::KVTensorAccess t[2];  // [0] = k, [1] = v; device pointers
   IndexView mapping;            // [num_pairs, 2]
   std::int64_t num_pairs = 0;
-  std::int64_t num_kv_heads = 0, page_size = 0, head_dim = 0;
+  std::int64_t num_pages = 0, num_kv_heads = 0, page_size = 0, head_dim = 0;
   int esize = 1;
   int unit[2] = {0, 0};          // dense page: bytes per copied unit (16, 8, 4, 2, 1); 0 = not dense
   std::int64_t page_bytes = 0;   // of a dense page
@@ -46,6 +46,9 @@ __global__ void copy_blocks_kernel(const __grid_constant__ CopyParams prm) {
   const std::int64_t H = prm.num_kv_heads, P = prm.page_size, D = prm.head_dim;
   for (std::int64_t i = blockIdx.x; i < prm.num_pairs; i += gridDim.x) {
     const std::int64_t src = prm.mapping.at(i, 0), dst = prm.mapping.at(i, 1);
+    // Pairs are checked on the host copy; a graph replayed with ids past the pool skips them
+    // rather than copying out of bounds.
+    if (src < 0 || dst < 0 || src >= prm.num_pages || dst >= prm.num_pages) continue;
     if (unit > 0) {
       const std::byte* from = t.data + t.offset(src, 0, 0, 0) * prm.esize;
       std::byte* to = t.data + t.offset(dst, 0, 0, 0) * prm.esize;
@@ -99,6 +102,7 @@ void copy_blocks(const detail::KVCacheAccess& kv, const IndexView& mapping, std:
   prm.t[1] = kv.v;
   prm.mapping = mapping;
   prm.num_pairs = num_pairs;
+  prm.num_pages = kv.num_pages;
   prm.num_kv_heads = kv.num_kv_heads;
   prm.page_size = kv.page_size;
   prm.head_dim = kv.head_dim;

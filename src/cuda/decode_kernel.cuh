@@ -85,9 +85,12 @@ __device__ __forceinline__ std::int64_t ceil_div(std::int64_t a, std::int64_t b)
   return (a + b - 1) / b;
 }
 
+// A sequence's splits, at most the plan's: a graph replayed with a sequence longer than the
+// host copy it was planned from gives that sequence's last split the keys past the plan
+// (init_cta), instead of a split without a partial-state slot (or without a workspace at all).
 __device__ __forceinline__ std::int64_t num_splits_of(const DecodeKernelParams& prm,
                                                       std::int64_t len) {
-  return len <= prm.partition_tokens ? 1 : ceil_div(len, prm.partition_tokens);
+  return len <= prm.partition_tokens ? 1 : min(prm.max_splits, ceil_div(len, prm.partition_tokens));
 }
 
 // What one decode CTA works on: (sequence, KV head, tile of query heads, key split).
@@ -144,7 +147,7 @@ __device__ __forceinline__ bool init_cta(const DecodeKernelParams& prm, DecodeCt
   if (cta.split >= cta.n_splits) return false;
   cta.q_pos = p.query_end(cta.s) - 1 - p.key_offset(cta.s);
   cta.t_begin = cta.split * prm.partition_tokens;
-  cta.t_end = min(cta.pages.kv_len, cta.t_begin + prm.partition_tokens);
+  cta.t_end = cta.split + 1 == cta.n_splits ? cta.pages.kv_len : min(cta.pages.kv_len, cta.t_begin + prm.partition_tokens);
   // Keys left of the sliding window are masked for the (last-position) query: never read them.
   if (p.variant.window_left >= 0) cta.t_begin = max(cta.t_begin, cta.q_pos - p.variant.window_left);
   return true;

@@ -391,6 +391,18 @@ std::vector<BadInput> bad_inputs() {
                                 DType::kF16, {kPages - 1, kPageSize, kKVHeads, kDim});
          a.cache.k = a.cache.k.slice(0, 0, kPages - 1);
        }},
+      {"PageSizeBeyondI32", kCacheUsers, kInvalid, {"page_size is 2147483648"},
+       [](A& a, S& s) {  // never read: the view only has to describe the geometry
+         a.cache.k = TensorView(s.scratch.data(), DType::kF16, {1, std::int64_t{1} << 31, kKVHeads, kDim});
+         a.cache.v = TensorView(s.scratch.data() + 4096, DType::kF16, {1, std::int64_t{1} << 31, kKVHeads, kDim});
+       }},
+      // Inputs inside the cache that append_kv / copy_blocks write.
+      {"AppendRowsInCache", {Call::kAppend}, kInvalid, {"k overlaps cache.k (which the op writes) in memory"},
+       [](A& a, S& s) { a.k_new = TensorView(s.cache.kv().k.data(), DType::kF32, {3, kKVHeads, kDim}); }},
+      {"AppendSlotsInCache", {Call::kAppend}, kInvalid, {"slot_mapping overlaps cache.v (which the op writes) in memory"},
+       [](A& a, S& s) { a.slots = TensorView(s.cache.kv().v.data(), DType::kI64, {3}); }},
+      {"CopyMappingInCache", {Call::kCopy}, kInvalid, {"block_mapping overlaps cache.k (which the op writes) in memory"},
+       [](A& a, S& s) { a.block_mapping = TensorView(s.cache.kv().k.data(), DType::kI32, {2, 2}); }},
       {"CacheNegativeStride", kCacheUsers, kInvalid, {"cache.v has a negative stride in dimension 0"},
        [](A& a, S&) {  // pages in reverse order: the last page first
          const TensorView& v = a.cache.v;
@@ -446,6 +458,20 @@ std::vector<BadInput> bad_inputs() {
          a.lse = TensorView(a.out.data(), DType::kF32, {a.lse.size(0), a.lse.size(1)});
          a.lse5 = TensorView(a.out5.data(), DType::kF32, {a.lse5.size(0), a.lse5.size(1)});
        }},
+      // Outputs over memory the op reads while it writes them: the cache, the page table, a
+      // parameter, qo_indptr.
+      {"OutOverCacheK", kAttention, kInvalid, {"out overlaps cache.k in memory"},
+       on_out([](const TensorView& t, S& s) {
+         return TensorView(s.cache.kv().k.data(), t.dtype(), {t.size(0), t.size(1), t.size(2)});
+       })},
+      {"OutOverBlockTable", kAttention, kInvalid, {"out overlaps", "table.block_table in memory"},
+       on_out([](const TensorView& t, S& s) {
+         return TensorView(s.block_table.data(), t.dtype(), {t.size(0), t.size(1), t.size(2)});
+       })},
+      {"LseOverSinks", kAttention, kInvalid, {"lse overlaps params.sinks in memory"},
+       on_lse([](const TensorView& t, S& s) { return TensorView(s.sinks.data(), t.dtype(), {t.size(0), t.size(1)}); })},
+      {"OutOverQoIndptr", {Call::kPrefill}, kInvalid, {"out overlaps qo_indptr in memory"},
+       [](A& a, S& s) { a.out5 = TensorView(s.qo_indptr.data(), DType::kF32, {5, kQHeads, kDim}); }},
       {"LseWrongShape", kAttention, kInvalid, {"lse dimension 1 (num_q_heads) is 2"},
        on_lse([](const TensorView& t, S&) { return TensorView(t.data(), t.dtype(), {t.size(0), 2}); })},
       {"LseWrongDtype", kAttention, kInvalid, {"lse has dtype f16"}, on_lse([](const TensorView& t, S&) { return remake(t, DType::kF16); })},

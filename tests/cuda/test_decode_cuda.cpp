@@ -38,6 +38,10 @@ struct Case : test::ProblemSpec {
   DecodeVariant variant = DecodeVariant::kAuto;
   int partition = 0;
   std::optional<DType> out_dtype;  // the output's dtype where it is not q's
+  // A suffix of the test's name by which the sanitizer filters (CMakeLists.txt) pick the case,
+  // so that they keep their cases when the table grows.
+  std::string tag;
+  bool lse = true;  // ask for the LSE (without it the kernels skip its stores)
 };
 
 std::string name_of(const Case& c) {
@@ -45,6 +49,8 @@ std::string name_of(const Case& c) {
   if (c.variant == DecodeVariant::kOnePass) s += "_onepass";
   if (c.variant == DecodeVariant::kSplitK) s += "_split" + std::to_string(c.partition);
   if (c.out_dtype) s += "_out_" + std::string(to_string(*c.out_dtype));
+  if (!c.lse) s += "_nolse";
+  if (!c.tag.empty()) s += "_" + c.tag;
   return test::gtest_name(s);
 }
 
@@ -75,16 +81,22 @@ TEST_P(CudaDecode, MatchesReference) {
   Context ctx{Device::cuda(0)};
   ctx.workspace = {static_cast<std::byte*>(scratch.get()), scratch.bytes()};
   DecodeOptions options{c.variant, c.partition, &host_table};
+  const TensorView lse_view = c.lse ? TensorView(lse.get(), DType::kF32, {S, c.num_q_heads}, Device::cuda(0)) : TensorView{};
   decode(ctx, d.q.view, d.cache, d.table, d.params,
-         TensorView(out.get(), out_t, {S, c.num_q_heads, c.head_dim}, Device::cuda(0)),
-         TensorView(lse.get(), DType::kF32, {S, c.num_q_heads}, Device::cuda(0)), options);
+         TensorView(out.get(), out_t, {S, c.num_q_heads, c.head_dim}, Device::cuda(0)), lse_view, options);
   test::cuda_ok(cudaDeviceSynchronize(), "decode");
   std::vector<float> got_lse(want_lse.size());
   lse.download(got_lse.data());
   // The kernels compute in q's precision (bf16 or f16 probabilities into the p.v): the coarser
-  // of q's and the output's tolerances.
+  // of q's and the output's tolerances. fp8 caches add no error of their own here: the
+  // reference reads the same quantised bytes and scales (quantisation error against unquantised
+  // rows is the cache writes' concern, tests/cpu/test_row_convert.cpp).
   expect_close(to_floats(out.snapshot(), out_t), to_floats(want, out_t), std::max(tolerance(c.q), tolerance(out_t)), "output");
-  expect_close(got_lse, want_lse, 1e-3, "lse");
+  if (c.lse) {
+    test::expect_lse_close(got_lse, want_lse, 1e-3, "lse");
+  } else {  // not asked for: left as poisoned
+    EXPECT_TRUE(std::all_of(got_lse.begin(), got_lse.end(), [](float x) { return std::isnan(x); })) << "lse written";
+  }
 }
 
 std::vector<Case> cases() {
@@ -96,6 +108,7 @@ std::vector<Case> cases() {
       c.layout = layout;
       c.kv = kv;
       c.lens = ragged;
+      if (layout == KVLayout::kNHD && kv == DType::kF8E4M3) c.tag = "fp8wide1";
       out.push_back(c);
     }
   }
@@ -132,8 +145,8 @@ std::vector<Case> cases() {
   { Case c; c.kv = DType::kF8E5M2; c.head_dim = 64; c.num_q_heads = 40; c.num_kv_heads = 2; c.lens = ragged; out.push_back(c); }
   // fp8 steps take two tiles: odd tile counts per warp, pages that tiles straddle, and page ids
   // staged in several chunks whose boundaries fall mid-tile.
-  { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.page_size = 3; c.variant = DecodeVariant::kOnePass; c.lens = {1, 17, 48, 3100, 16401}; out.push_back(c); }
-  { Case c; c.kv = DType::kF8E4M3; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.page_size = 3; c.variant = DecodeVariant::kOnePass; c.lens = {1, 17, 48, 3100, 16401}; c.tag = "fp8wide2"; out.push_back(c); }
+  { Case c; c.kv = DType::kF8E4M3; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; c.tag = "fp8wide3"; out.push_back(c); }
   // bf16 q past f16's range over a fp8 cache: the tensor-core kernel scales it into range first.
   { Case c; c.kv = DType::kF8E4M3; c.q_amp = 200000.0f; c.lens = ragged; out.push_back(c); }
   { Case c; c.variant = DecodeVariant::kOnePass; c.lens = ragged; out.push_back(c); }
@@ -180,7 +193,7 @@ std::vector<Case> cases() {
   { Case c; c.head_dim = 112; c.variant = DecodeVariant::kOnePass; c.lens = {16401, 3000}; out.push_back(c); }
   { Case c; c.head_dim = 80; c.num_q_heads = 4; c.num_kv_heads = 4; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 160; c.num_q_heads = 4; c.num_kv_heads = 4; c.q = DType::kF16; c.kv = DType::kF16; c.lens = ragged; out.push_back(c); }
-  { Case c; c.head_dim = 80; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 80; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.lens = ragged; c.tag = "fp8wide4"; out.push_back(c); }
   { Case c; c.head_dim = 192; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.alibi = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 192; c.q = DType::kF16; c.kv = DType::kF16; c.page_size = 3; c.window = 300; c.soft_cap = 5.0f; c.lens = ragged; out.push_back(c); }
   { Case c; c.head_dim = 160; c.kv = DType::kF8E5M2; c.layout = KVLayout::kHND; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
@@ -200,12 +213,11 @@ std::vector<Case> cases() {
   // Hopper GPU, with the warps balancing their tiles (ctest decode_cuda_balanced_warp_tiles), the
   // planner gives them one four-warp TMA CTA per SM (e.g. 132 SMs: 16 and 8 splits of 1025 keys,
   // 128 CTAs, merged by a CTA per row and by a warp per row); otherwise two two-warp CTAs per SM.
-  { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.lens = {16400}; out.push_back(c); }
-  { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.sinks = true; c.lens = {8200, 8192}; out.push_back(c); }
+  { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.lens = {16400}; c.tag = "onewave1"; out.push_back(c); }
+  { Case c; c.num_q_heads = 32; c.num_kv_heads = 8; c.sinks = true; c.lens = {8200, 8192}; c.tag = "onewave2"; out.push_back(c); }
   // fp8 caches with groups below 4 (MHA, 2, 3), which PAGEDATTN_DECODE_SMALL_GROUP_MMA moves between
   // the CUDA-core and the tensor-core kernel: both dtypes, every layout, head dims 64 / 128 / 256,
-  // pages that tiles straddle, split-K with variants, q past f16's range. (Appended: the
-  // sanitizer filters name cases by index.)
+  // pages that tiles straddle, split-K with variants, q past f16's range.
   { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 4; c.num_kv_heads = 4; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E5M2; c.q = DType::kF16; c.num_q_heads = 8; c.num_kv_heads = 4; c.layout = KVLayout::kHND; c.page_size = 3; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 12; c.num_kv_heads = 4; c.variant = DecodeVariant::kSplitK; c.partition = 32; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
@@ -220,6 +232,15 @@ std::vector<Case> cases() {
   { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 16; c.num_kv_heads = 4; c.window = 40; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E5M2; c.num_q_heads = 16; c.num_kv_heads = 4; c.layout = KVLayout::kHND; c.page_size = 32; c.csr = true; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.soft_cap = 6.0f; c.alibi = true; c.per_head_scales = true; c.lens = ragged; out.push_back(c); }
   { Case c; c.kv = DType::kF8E4M3; c.num_q_heads = 32; c.num_kv_heads = 8; c.per_head_scales = true; c.variant = DecodeVariant::kOnePass; c.lens = {4100, 2048}; out.push_back(c); }
+  // The smallest head dims; f32 q over f32 and fp8 caches.
+  { Case c; c.head_dim = 8; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 16; c.kv = DType::kF8E5M2; c.num_q_heads = 8; c.num_kv_heads = 2; c.lens = ragged; out.push_back(c); }
+  { Case c; c.head_dim = 32; c.q = DType::kF32; c.kv = DType::kF32; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.lens = ragged; out.push_back(c); }
+  { Case c; c.q = DType::kF32; c.kv = DType::kF8E4M3; c.num_q_heads = 16; c.num_kv_heads = 4; c.lens = ragged; out.push_back(c); }
+  // Without an LSE output: one pass on the TMA kernel, split-K (the merges), fp8.
+  { Case c; c.lse = false; c.variant = DecodeVariant::kOnePass; c.lens = ragged; out.push_back(c); }
+  { Case c; c.lse = false; c.variant = DecodeVariant::kSplitK; c.partition = 64; c.sinks = true; c.lens = ragged; out.push_back(c); }
+  { Case c; c.lse = false; c.kv = DType::kF8E4M3; c.q = DType::kF16; c.num_q_heads = 32; c.num_kv_heads = 8; c.lens = {16400}; out.push_back(c); }
   return out;
 }
 
@@ -267,6 +288,13 @@ TEST(CudaDecodeErrors, RejectsBadInputAndWritesNothing) {
   Context shifted = ctx;
   shifted.workspace = {static_cast<std::byte*>(scratch.get()) + 4, scratch.bytes() - 4};
   expect_error([&] { decode(shifted, d.q.view, d.cache, d.table, d.params, out_view, {}, split); }, "16-byte aligned");
+  // An output over the cache it reads, and a workspace over an output.
+  const TensorView out_over_k(d.k.buffer.get(), DType::kBF16, {S, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  expect_error([&] { decode(ctx, d.q.view, d.cache, d.table, d.params, out_over_k, {}, split); }, "out overlaps cache.k");
+  Context over_out = ctx;
+  over_out.workspace = {static_cast<std::byte*>(out.get()), out.bytes()};
+  expect_error([&] { decode(over_out, d.q.view, d.cache, d.table, d.params, out_view, {}, split); },
+               "ctx.workspace overlaps out");
 }
 
 // Decode of c's single sequence with `options` (its host table filled in here) must throw an
@@ -325,11 +353,24 @@ TEST(CudaDecodeWorkspace, QueryGivesWhatTheOpNeeds) {
   EXPECT_EQ(decode_workspace_bytes(gpu, d.q.view, d.cache, d.table, d.params, out_view, {},
                                    DecodeOptions{DecodeVariant::kOnePass, 0, &host_table}),
             0u);
-  DeviceBuffer scratch(need);
+  // Exactly `need` bytes, NaN-poisoned, with guard bytes past them that must stay untouched;
+  // the result against the reference.
+  constexpr std::size_t kGuard = 4096;
+  DeviceBuffer scratch(need + kGuard);
+  test::cuda_ok(cudaMemset(scratch.get(), 0xff, scratch.bytes()), "poison");
   Context ctx = gpu;
   ctx.workspace = {static_cast<std::byte*>(scratch.get()), need};
   decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, split);
   test::cuda_ok(cudaDeviceSynchronize(), "decode");
+  const std::vector<std::byte> after = scratch.snapshot();
+  EXPECT_TRUE(std::all_of(after.begin() + static_cast<std::ptrdiff_t>(need), after.end(),
+                          [](std::byte b) { return b == std::byte{0xff}; }))
+      << "decode wrote past the " << need << " workspace bytes it asked for";
+  std::vector<std::byte> want(out_bytes);
+  Context ref = Context::cpu();
+  ref.implementation = Implementation::kReference;
+  decode(ref, h.q_view, h.cache, host_table, host_params, TensorView(want.data(), c.q, {S, Hq, D}));
+  expect_close(to_floats(out.snapshot(), c.q), to_floats(want, c.q), tolerance(c.q), "exact workspace");
   ctx.workspace = {static_cast<std::byte*>(scratch.get()), need - 16};
   test::expect_error_then_sync([&] { decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, split); },
                                "ctx.workspace has");
@@ -380,55 +421,89 @@ TEST(CudaDecodeDeterminism, RepeatedCallsGiveTheSameBits) {
     }
     const auto balanced = run(false);
     expect_close(to_floats(balanced.first, c.q), to_floats(first.first, c.q), tolerance(c.q), "deterministic = false");
-    expect_close(to_floats(balanced.second, DType::kF32), to_floats(first.second, DType::kF32), 1e-3,
+    test::expect_lse_close(to_floats(balanced.second, DType::kF32), to_floats(first.second, DType::kF32), 1e-3,
                  "deterministic = false, LSE");
   }
 }
 
-// A decode captured once in a CUDA graph replays correctly after the lengths change (within
-// the bounds it was planned for): the kernels read lengths from device memory.
-TEST(CudaDecodeGraph, ReplaysWithNewLengths) {
+// A decode captured once in a CUDA graph replays correctly after the lengths change: the
+// kernels read lengths from device memory. The plan comes from a host copy with shorter
+// lengths than the pages hold; replays run the planned lengths, shorter ones, and longer ones
+// (up to the pages: the plan's last split takes the keys past it). Output and LSE are checked
+// against the reference, with the outputs and the workspace NaN-poisoned before every replay.
+// Configurations: split-K on the TMA kernel (bf16 NHD), the planner's choice over fp8 (the
+// cp.async tensor-core kernel; one pass for the planned lengths), one pass over f16 HND with
+// sinks, and f32 q on the CUDA-core kernel with a window.
+class CudaDecodeGraph : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
   if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
-  Case c;
-  c.lens = {700, 1500, 2048, 33};
+  const Case& c = GetParam();  // c.lens: what the pages hold
   HostProblem h = build(c, 11);
   const AttentionParams host_params = params_of(c, h);
   DeviceProblem d = to_device(h, host_params);
-  const std::int64_t S = static_cast<std::int64_t>(c.lens.size());
-  const std::size_t out_bytes = static_cast<std::size_t>(S * c.num_q_heads * c.head_dim) * 2;
-  DeviceBuffer out(out_bytes), workspace(64 << 20);
+  const std::int64_t S = static_cast<std::int64_t>(c.lens.size()), Hq = c.num_q_heads, D = c.head_dim;
+  const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * dtype_size(c.q);
+  const std::size_t lse_bytes = static_cast<std::size_t>(S * Hq) * sizeof(float);
+  DeviceBuffer out(out_bytes), lse(lse_bytes), workspace(64 << 20);
   cudaStream_t stream;
   test::cuda_ok(cudaStreamCreate(&stream), "stream");
   Context ctx{Device::cuda(0), stream};
   ctx.workspace = {static_cast<std::byte*>(workspace.get()), workspace.bytes()};
-  const PageTable host_table = h.table();  // planned for these (maximal) lengths
-  const TensorView out_view(out.get(), DType::kBF16, {S, c.num_q_heads, c.head_dim}, Device::cuda(0));
+  BlockTableData planned = h.bt;
+  planned.seq_lens = {700, 1000, 1024, 33};  // with 256-token splits: at most 4 per sequence
+  const PageTable host_table = planned.view();
+  const TensorView out_view(out.get(), c.q, {S, Hq, D}, Device::cuda(0));
+  const TensorView lse_view(lse.get(), DType::kF32, {S, Hq}, Device::cuda(0));
   cudaGraph_t graph;
   test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {},
-         DecodeOptions{DecodeVariant::kSplitK, 256, &host_table});
+  decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, lse_view, DecodeOptions{c.variant, c.partition, &host_table});
   test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
   cudaGraphExec_t exec;
   test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
 
-  for (const std::vector<std::int32_t>& lens : {std::vector<std::int32_t>{700, 1500, 2048, 33},
-                                               std::vector<std::int32_t>{5, 1024, 1999, 0},
-                                               std::vector<std::int32_t>{256, 257, 1, 32}}) {
-    h.bt.seq_lens = lens;  // no longer than planned: the pages already hold these tokens
+  for (const std::vector<std::int32_t>& lens : {std::vector<std::int32_t>{700, 1000, 1024, 33},
+                                               std::vector<std::int32_t>{5, 1000, 999, 0},
+                                               std::vector<std::int32_t>{256, 257, 1, 32},
+                                               std::vector<std::int32_t>{700, 1500, 2048, 33}}) {
+    SCOPED_TRACE("lengths " + std::to_string(lens[0]) + ", " + std::to_string(lens[1]) + ", " +
+                 std::to_string(lens[2]) + ", " + std::to_string(lens[3]));
+    h.bt.seq_lens = lens;  // the pages already hold these tokens
     test::cuda_ok(cudaMemcpy(d.b.buffer.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "lens");
-    test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
+    for (const DeviceBuffer* b : {&out, &lse, &workspace}) test::cuda_ok(cudaMemset(b->get(), 0xff, b->bytes()), "poison");
     test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
     test::cuda_ok(cudaStreamSynchronize(stream), "sync");
     std::vector<std::byte> want(out_bytes);
+    std::vector<float> want_lse(static_cast<std::size_t>(S * Hq)), got_lse(want_lse.size());
     Context ref = Context::cpu();
     ref.implementation = Implementation::kReference;
-    decode(ref, h.q_view, h.cache, h.bt.view(), host_params, TensorView(want.data(), DType::kBF16, {S, c.num_q_heads, c.head_dim}));
-    expect_close(to_floats(out.snapshot(), DType::kBF16), to_floats(want, DType::kBF16), tolerance(DType::kBF16), "graph replay");
+    decode(ref, h.q_view, h.cache, h.bt.view(), host_params, TensorView(want.data(), c.q, {S, Hq, D}),
+           TensorView(want_lse.data(), DType::kF32, {S, Hq}));
+    expect_close(to_floats(out.snapshot(), c.q), to_floats(want, c.q), tolerance(c.q), "graph replay");
+    lse.download(got_lse.data());
+    test::expect_lse_close(got_lse, want_lse, 1e-3, "graph replay, LSE");
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
+
+std::vector<Case> graph_cases() {
+  std::vector<Case> out(4);
+  for (Case& c : out) c.lens = {700, 1500, 2048, 33};
+  out[0].variant = DecodeVariant::kSplitK, out[0].partition = 256;
+  out[1].kv = DType::kF8E4M3, out[1].q = DType::kF16, out[1].num_q_heads = 16, out[1].num_kv_heads = 4;
+  out[2].layout = KVLayout::kHND, out[2].kv = DType::kF16, out[2].q = DType::kF16, out[2].sinks = true;
+  out[2].variant = DecodeVariant::kOnePass;
+  out[3].q = DType::kF32, out[3].kv = DType::kF32, out[3].head_dim = 64, out[3].window = 600;
+  out[3].variant = DecodeVariant::kSplitK, out[3].partition = 256;
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, CudaDecodeGraph, ::testing::ValuesIn(graph_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return std::to_string(info.index) + "_" + name_of(info.param);
+                         });
 
 }  // namespace
 }  // namespace pagedattn
