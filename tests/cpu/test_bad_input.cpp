@@ -1,6 +1,7 @@
 // Bad input (DESIGN.md §3, §5.7): every op rejects each kind of bad argument with
 // pagedattn::Error of the right code, a message naming the argument, and no write to any
 // output or cache buffer. One valid problem is built per row; the row breaks one thing.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -465,13 +466,28 @@ std::vector<BadInput> bad_inputs() {
          return TensorView(s.cache.kv().k.data(), t.dtype(), {t.size(0), t.size(1), t.size(2)});
        })},
       {"OutOverBlockTable", kAttention, kInvalid, {"out overlaps", "table.block_table in memory"},
-       on_out([](const TensorView& t, S& s) {
-         return TensorView(s.block_table.data(), t.dtype(), {t.size(0), t.size(1), t.size(2)});
-       })},
+       [](A& a, S& s) {  // the table moved into the scratch buffer, out over it (nothing else)
+         auto* ids = reinterpret_cast<std::int32_t*>(s.scratch.data() + 1024);
+         std::copy(s.block_table.begin(), s.block_table.end(), ids);
+         set_table(a, BlockTable{TensorView(ids, DType::kI32, {2, 3}), TensorView(s.seq_lens.data(), DType::kI32, {2})});
+         a.out = TensorView(ids, DType::kF32, {2, kQHeads, kDim});
+         a.out5 = TensorView(ids, DType::kF32, {5, kQHeads, kDim});
+       }},
       {"LseOverSinks", kAttention, kInvalid, {"lse overlaps params.sinks in memory"},
-       on_lse([](const TensorView& t, S& s) { return TensorView(s.sinks.data(), t.dtype(), {t.size(0), t.size(1)}); })},
+       [](A& a, S& s) {  // the sinks moved into the scratch buffer, lse over them
+         float* sinks = s.scratch.data() + 1024;
+         std::copy(s.sinks.begin(), s.sinks.end(), sinks);
+         a.params.sinks = TensorView(sinks, DType::kF32, {kQHeads});
+         a.lse = TensorView(sinks, DType::kF32, {2, kQHeads});
+         a.lse5 = TensorView(sinks, DType::kF32, {5, kQHeads});
+       }},
       {"OutOverQoIndptr", {Call::kPrefill}, kInvalid, {"out overlaps qo_indptr in memory"},
-       [](A& a, S& s) { a.out5 = TensorView(s.qo_indptr.data(), DType::kF32, {5, kQHeads, kDim}); }},
+       [](A& a, S& s) {
+         auto* indptr = reinterpret_cast<std::int32_t*>(s.scratch.data() + 1024);
+         std::copy(s.qo_indptr.begin(), s.qo_indptr.end(), indptr);
+         a.qo_indptr = TensorView(indptr, DType::kI32, {3});
+         a.out5 = TensorView(indptr, DType::kF32, {5, kQHeads, kDim});
+       }},
       {"LseWrongShape", kAttention, kInvalid, {"lse dimension 1 (num_q_heads) is 2"},
        on_lse([](const TensorView& t, S&) { return TensorView(t.data(), t.dtype(), {t.size(0), 2}); })},
       {"LseWrongDtype", kAttention, kInvalid, {"lse has dtype f16"}, on_lse([](const TensorView& t, S&) { return remake(t, DType::kF16); })},
