@@ -107,7 +107,8 @@ DecodeCall resolve_decode(const Context& ctx, const TensorView& q, const PagedKV
   // The device table is checked against its host copy before either path runs.
   c.host_access = p.table;
   c.device_access = c.on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
-  const std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, table, params);
+  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, params);
+  detail::add_table_inputs(inputs, table, "table");
   detail::check_outputs_apart(out, lse, inputs);
   if (c.on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);
   return c;
@@ -226,7 +227,8 @@ PrefillCall resolve_prefill(const Context& ctx, const TensorView& q, const Tenso
     return indptr_name + "[num_seqs] is " + std::to_string(indptr[p.num_seqs]) + " but q has " +
            std::to_string(q.size(0)) + " tokens";
   });
-  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, table, params);
+  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, params);
+  detail::add_table_inputs(inputs, table, "table");
   inputs.push_back({&qo_indptr, "qo_indptr"});
   detail::check_outputs_apart(out, lse, inputs);
   if (on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);

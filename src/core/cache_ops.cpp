@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/backend_select.h"
-#include "core/overlap.h"
 #include "core/validate.h"
 #include "cpu/cache_writes.h"
 #include "pagedattn/error.h"
@@ -68,13 +67,8 @@ cuda::IndexView device_indices(const TensorView& t) {
 // Rejects an input that lies in the cache the op writes: its values would be read while other
 // threads overwrite them, and what is stored would depend on the order of the writes.
 void check_apart_from_cache(const PagedKV& cache, std::initializer_list<detail::NamedView> inputs) {
-  for (const detail::NamedView& in : inputs) {
-    if (!in.view->defined()) continue;
-    for (const auto& [side, side_name] : {std::pair{&cache.k, "cache.k"}, std::pair{&cache.v, "cache.v"}}) {
-      check_arg(!detail::views_overlap(*in.view, *side),
-                [&] { return in.name + " overlaps " + side_name + " (which the op writes) in memory"; });
-    }
-  }
+  detail::check_apart(inputs, std::initializer_list<detail::NamedView>{{&cache.k, "cache.k (which the op writes)"},
+                                                                        {&cache.v, "cache.v (which the op writes)"}});
 }
 }  // namespace
 

@@ -212,10 +212,10 @@ CascadeCall resolve_cascade(const Context& ctx, const TensorView& q, const Paged
     }
   }
   // The levels the kernels read (the device tensors on CUDA), apart from the outputs.
-  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, levels[0].table, params, "levels[0].table");
+  std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, params);
   for (std::size_t l = 0; l < levels.size(); ++l) {
     const std::string name = "levels[" + std::to_string(l) + "]";
-    if (l > 0) detail::add_table_inputs(inputs, levels[l].table, name + ".table");
+    detail::add_table_inputs(inputs, levels[l].table, name + ".table");
     inputs.push_back({&levels[l].seq_to_row, name + ".seq_to_row"});
   }
   detail::check_outputs_apart(out, lse, inputs);

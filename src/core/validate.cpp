@@ -395,27 +395,27 @@ void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, st
   }
 }
 
-std::vector<NamedView> attention_inputs(const PagedKV& cache, const PageTable& table, const AttentionParams& params,
-                                        std::string_view table_name) {
-  std::vector<NamedView> inputs = {{&cache.k, "cache.k"},
-                                   {&cache.v, "cache.v"},
-                                   {&cache.k_head_scales, "cache.k_head_scales"},
-                                   {&cache.v_head_scales, "cache.v_head_scales"},
-                                   {&params.alibi_slopes, "params.alibi_slopes"},
-                                   {&params.sinks, "params.sinks"}};
-  add_table_inputs(inputs, table, table_name);
-  return inputs;
+std::vector<NamedView> attention_inputs(const PagedKV& cache, const AttentionParams& params) {
+  return {{&cache.k, "cache.k"},
+          {&cache.v, "cache.v"},
+          {&cache.k_head_scales, "cache.k_head_scales"},
+          {&cache.v_head_scales, "cache.v_head_scales"},
+          {&params.alibi_slopes, "params.alibi_slopes"},
+          {&params.sinks, "params.sinks"}};
+}
+
+void check_apart(std::span<const NamedView> a, std::span<const NamedView> b) {
+  for (const NamedView& x : a) {
+    if (!x.view->defined()) continue;
+    for (const NamedView& y : b) {
+      if (!y.view->defined()) continue;
+      check_arg(!views_overlap(*x.view, *y.view), [&] { return x.name + " overlaps " + y.name + " in memory"; });
+    }
+  }
 }
 
 void check_outputs_apart(const TensorView& out, const TensorView& lse, std::span<const NamedView> inputs) {
-  for (const auto& [output, output_name] : {std::pair{&out, "out"}, std::pair{&lse, "lse"}}) {
-    if (!output->defined()) continue;
-    for (const NamedView& in : inputs) {
-      if (!in.view->defined()) continue;
-      check_arg(!views_overlap(*output, *in.view),
-                [&] { return std::string(output_name) + " overlaps " + in.name + " in memory"; });
-    }
-  }
+  check_apart(std::initializer_list<NamedView>{{&out, "out"}, {&lse, "lse"}}, inputs);
 }
 
 void check_workspace_apart(const Context& ctx, const TensorView& q, const TensorView& out, const TensorView& lse,
@@ -424,14 +424,9 @@ void check_workspace_apart(const Context& ctx, const TensorView& q, const Tensor
   // The scratch as a tensor of one-byte elements (the dtype only sets the element size).
   const TensorView ws(ctx.workspace.data(), DType::kF8E4M3, {static_cast<std::int64_t>(ctx.workspace.size())},
                       ctx.device);
-  std::vector<NamedView> all(views.begin(), views.end());
-  all.push_back({&q, "q"});
-  all.push_back({&out, "out"});
-  all.push_back({&lse, "lse"});
-  for (const NamedView& v : all) {
-    if (!v.view->defined()) continue;
-    check_arg(!views_overlap(ws, *v.view), [&] { return "ctx.workspace overlaps " + v.name + " in memory"; });
-  }
+  const std::initializer_list<NamedView> scratch = {{&ws, "ctx.workspace"}};
+  check_apart(scratch, views);
+  check_apart(scratch, std::initializer_list<NamedView>{{&q, "q"}, {&out, "out"}, {&lse, "lse"}});
 }
 
 AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,

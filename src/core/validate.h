@@ -63,11 +63,13 @@ struct NamedView {
   const TensorView* view = nullptr;
   std::string name;
 };
-// The tensors of a cache, a page table and the attention parameters, named as the ops name them
-// (`table_name`: "table", "levels[1].table"); views that are not defined are left out.
-std::vector<NamedView> attention_inputs(const PagedKV& cache, const PageTable& table, const AttentionParams& params,
-                                        std::string_view table_name = "table");
+// The tensors of a cache and of the attention parameters, named as the ops name them; a page
+// table's are added by add_table_inputs (`table_name`: "table", "levels[1].table"). Views that
+// are not defined are skipped by the checks.
+std::vector<NamedView> attention_inputs(const PagedKV& cache, const AttentionParams& params);
 void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, std::string_view table_name);
+// Rejects a view of `a` that shares memory with a view of `b` ("<a> overlaps <b> in memory").
+void check_apart(std::span<const NamedView> a, std::span<const NamedView> b);
 // Rejects an output (out, lse; `lse` may be undefined) that shares memory with one of `inputs`:
 // the kernels would write bytes that other threads are still reading (a cache, a page table's
 // ids, a parameter). q's rules are resolve_qo's.
