@@ -108,7 +108,7 @@ DecodeCall resolve_decode(const Context& ctx, const TensorView& q, const PagedKV
   c.host_access = p.table;
   c.device_access = c.on_gpu ? detail::resolve_device_table(ctx, table, *options.host_table, p.table) : p.table;
   std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, params);
-  detail::add_table_inputs(inputs, table, "table");
+  detail::add_table_inputs(inputs, table);
   detail::check_outputs_apart(out, lse, inputs);
   if (c.on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);
   return c;
@@ -228,7 +228,7 @@ PrefillCall resolve_prefill(const Context& ctx, const TensorView& q, const Tenso
            std::to_string(q.size(0)) + " tokens";
   });
   std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, params);
-  detail::add_table_inputs(inputs, table, "table");
+  detail::add_table_inputs(inputs, table);
   inputs.push_back({&qo_indptr, "qo_indptr"});
   detail::check_outputs_apart(out, lse, inputs);
   if (on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);

@@ -214,9 +214,8 @@ CascadeCall resolve_cascade(const Context& ctx, const TensorView& q, const Paged
   // The levels the kernels read (the device tensors on CUDA), apart from the outputs.
   std::vector<detail::NamedView> inputs = detail::attention_inputs(cache, params);
   for (std::size_t l = 0; l < levels.size(); ++l) {
-    const std::string name = "levels[" + std::to_string(l) + "]";
-    detail::add_table_inputs(inputs, levels[l].table, name + ".table");
-    inputs.push_back({&levels[l].seq_to_row, name + ".seq_to_row"});
+    detail::add_table_inputs(inputs, levels[l].table, static_cast<int>(l));
+    inputs.push_back({&levels[l].seq_to_row, "seq_to_row", static_cast<int>(l)});
   }
   detail::check_outputs_apart(out, lse, inputs);
   if (on_gpu) detail::check_workspace_apart(ctx, q, out, lse, inputs);

@@ -383,25 +383,30 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
   return a;
 }
 
-void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, std::string_view table_name) {
-  const std::string t(table_name);
+std::string NamedView::full_name() const {
+  return level < 0 ? std::string(name) : "levels[" + std::to_string(level) + "]." + std::string(name);
+}
+
+void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, int level) {
   if (const auto* bt = std::get_if<BlockTable>(&table)) {
-    inputs.push_back({&bt->block_table, t + ".block_table"});
-    inputs.push_back({&bt->seq_lens, t + ".seq_lens"});
+    inputs.push_back({&bt->block_table, "table.block_table", level});
+    inputs.push_back({&bt->seq_lens, "table.seq_lens", level});
   } else if (const auto* csr = std::get_if<CsrPageTable>(&table)) {
-    inputs.push_back({&csr->indptr, t + ".indptr"});
-    inputs.push_back({&csr->indices, t + ".indices"});
-    inputs.push_back({&csr->last_page_len, t + ".last_page_len"});
+    inputs.push_back({&csr->indptr, "table.indptr", level});
+    inputs.push_back({&csr->indices, "table.indices", level});
+    inputs.push_back({&csr->last_page_len, "table.last_page_len", level});
   }
 }
 
 std::vector<NamedView> attention_inputs(const PagedKV& cache, const AttentionParams& params) {
-  return {{&cache.k, "cache.k"},
-          {&cache.v, "cache.v"},
-          {&cache.k_head_scales, "cache.k_head_scales"},
-          {&cache.v_head_scales, "cache.v_head_scales"},
-          {&params.alibi_slopes, "params.alibi_slopes"},
-          {&params.sinks, "params.sinks"}};
+  std::vector<NamedView> inputs = {{&cache.k, "cache.k"},
+                                   {&cache.v, "cache.v"},
+                                   {&cache.k_head_scales, "cache.k_head_scales"},
+                                   {&cache.v_head_scales, "cache.v_head_scales"},
+                                   {&params.alibi_slopes, "params.alibi_slopes"},
+                                   {&params.sinks, "params.sinks"}};
+  inputs.reserve(16);  // room for a table's, or a few cascade levels', without reallocating
+  return inputs;
 }
 
 void check_apart(std::span<const NamedView> a, std::span<const NamedView> b) {
@@ -409,7 +414,7 @@ void check_apart(std::span<const NamedView> a, std::span<const NamedView> b) {
     if (!x.view->defined()) continue;
     for (const NamedView& y : b) {
       if (!y.view->defined()) continue;
-      check_arg(!views_overlap(*x.view, *y.view), [&] { return x.name + " overlaps " + y.name + " in memory"; });
+      check_arg(!views_overlap(*x.view, *y.view), [&] { return x.full_name() + " overlaps " + y.full_name() + " in memory"; });
     }
   }
 }

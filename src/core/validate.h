@@ -58,16 +58,20 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
 AttentionVariant resolve_variant(const Context& ctx, const AttentionParams& params,
                                  std::int64_t num_q_heads, std::int64_t head_dim);
 
-// An input an op reads while it writes its outputs, with its name for messages.
+// An input an op reads while it writes its outputs, with its name for messages: `name`, after
+// "levels[<level>]." for a cascade level's tensors. Names are literals, and the message is
+// built only when a check fails (no allocation per call on the ops' host path).
 struct NamedView {
   const TensorView* view = nullptr;
-  std::string name;
+  std::string_view name;
+  int level = -1;
+  std::string full_name() const;
 };
 // The tensors of a cache and of the attention parameters, named as the ops name them; a page
-// table's are added by add_table_inputs (`table_name`: "table", "levels[1].table"). Views that
-// are not defined are skipped by the checks.
+// table's are added by add_table_inputs ("table.*", or "levels[<level>].table.*" for a cascade
+// level). Views that are not defined are skipped by the checks.
 std::vector<NamedView> attention_inputs(const PagedKV& cache, const AttentionParams& params);
-void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, std::string_view table_name);
+void add_table_inputs(std::vector<NamedView>& inputs, const PageTable& table, int level = -1);
 // Rejects a view of `a` that shares memory with a view of `b` ("<a> overlaps <b> in memory").
 void check_apart(std::span<const NamedView> a, std::span<const NamedView> b);
 // Rejects an output (out, lse; `lse` may be undefined) that shares memory with one of `inputs`:
