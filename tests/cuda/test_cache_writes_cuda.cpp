@@ -540,5 +540,47 @@ TEST(CudaCacheWritesGraph, AppendKVReplaysWithNewSlots) {
   cudaStreamDestroy(stream);
 }
 
+// copy_blocks captured once replays with whatever (src, dst) pairs the captured mapping holds
+// (valid ones: the host copy validated only the capture's), over a cache that changes between
+// replays.
+TEST(CudaCacheWritesGraph, CopyBlocksReplaysWithNewMapping) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  CacheGeom g;
+  g.layout = KVLayout::kHND;
+  g.dtype = DType::kBF16;
+  g.page_size = 16;
+  const std::int64_t pairs = 6;
+  std::mt19937_64 rng(23);
+  TwinCache cache = test::make_cache(g, rng);
+  TwinIndex mapping = make_index(random_pairs(g.num_pages, pairs, rng), {pairs, 2}, true, false);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreate(&stream), "stream");
+  const Context ctx{Device::cuda(0), stream};
+  cudaGraph_t graph;
+  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  copy_blocks(ctx, cache.device, mapping.device, CopyBlocksOptions{&mapping.host});
+  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  EXPECT_TRUE(test::first_difference(cache.pool.download(), cache.pool.host).empty()) << "capturing must not run the op";
+
+  for (int round = 0; round < 3; ++round) {
+    const TwinIndex fresh = make_index(random_pairs(g.num_pages, pairs, rng), {pairs, 2}, true, false);
+    std::copy(fresh.buf.host.begin(), fresh.buf.host.end(), mapping.buf.host.begin());
+    mapping.buf.upload();
+    const std::vector<std::byte> before = cache.pool.host;
+    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    copy_blocks(Context::cpu(), cache.host, mapping.host);
+    ASSERT_FALSE(test::first_difference(cache.pool.host, before).empty()) << "round " << round << ": the CPU op copied nothing";
+    const std::string diff = test::first_difference(cache.pool.download(), cache.pool.host);
+    EXPECT_TRUE(diff.empty()) << "round " << round << ": " << diff;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace pagedattn

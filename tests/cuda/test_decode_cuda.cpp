@@ -433,7 +433,7 @@ TEST(CudaDecodeDeterminism, RepeatedCallsGiveTheSameBits) {
 // against the reference, with the outputs and the workspace NaN-poisoned before every replay.
 // Configurations: split-K on the TMA kernel (bf16 NHD), the planner's choice over fp8 (the
 // cp.async tensor-core kernel; one pass for the planned lengths), one pass over f16 HND with
-// sinks, and f32 q on the CUDA-core kernel with a window.
+// sinks, f32 q on the CUDA-core kernel with a window, and the first over a CSR table.
 class CudaDecodeGraph : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
@@ -452,7 +452,15 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
   ctx.workspace = {static_cast<std::byte*>(workspace.get()), workspace.bytes()};
   BlockTableData planned = h.bt;
   planned.seq_lens = {700, 1000, 1024, 33};  // with 256-token splits: at most 4 per sequence
-  const PageTable host_table = planned.view();
+  // A CSR table's lengths are its pages per sequence and last_page_len: each replay uploads the
+  // CSR of its lengths, indices padded to the capacity the device table was built with.
+  auto csr_of = [&](BlockTableData bt) {
+    CsrPageTableData csr = to_csr(bt.view(), c.page_size);
+    csr.indices.resize(h.csr.indices.size(), -5);
+    return csr;
+  };
+  CsrPageTableData planned_csr = c.csr ? csr_of(planned) : CsrPageTableData{};
+  const PageTable host_table = c.csr ? PageTable{planned_csr.view()} : PageTable{planned.view()};
   const TensorView out_view(out.get(), c.q, {S, Hq, D}, Device::cuda(0));
   const TensorView lse_view(lse.get(), DType::kF32, {S, Hq}, Device::cuda(0));
   cudaGraph_t graph;
@@ -469,7 +477,14 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
     SCOPED_TRACE("lengths " + std::to_string(lens[0]) + ", " + std::to_string(lens[1]) + ", " +
                  std::to_string(lens[2]) + ", " + std::to_string(lens[3]));
     h.bt.seq_lens = lens;  // the pages already hold these tokens
-    test::cuda_ok(cudaMemcpy(d.b.buffer.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "lens");
+    if (c.csr) {
+      const CsrPageTableData now = csr_of(h.bt);
+      for (auto [dst, src] : {std::pair{&d.a, &now.indptr}, std::pair{&d.b, &now.indices}, std::pair{&d.c, &now.last_page_len}}) {
+        test::cuda_ok(cudaMemcpy(dst->buffer.get(), src->data(), src->size() * 4, cudaMemcpyHostToDevice), "csr");
+      }
+    } else {
+      test::cuda_ok(cudaMemcpy(d.b.buffer.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "lens");
+    }
     for (const DeviceBuffer* b : {&out, &lse, &workspace}) test::cuda_ok(cudaMemset(b->get(), 0xff, b->bytes()), "poison");
     test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
     test::cuda_ok(cudaStreamSynchronize(stream), "sync");
@@ -489,7 +504,7 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
 }
 
 std::vector<Case> graph_cases() {
-  std::vector<Case> out(4);
+  std::vector<Case> out(5);
   for (Case& c : out) c.lens = {700, 1500, 2048, 33};
   out[0].variant = DecodeVariant::kSplitK, out[0].partition = 256;
   out[1].kv = DType::kF8E4M3, out[1].q = DType::kF16, out[1].num_q_heads = 16, out[1].num_kv_heads = 4;
@@ -497,6 +512,8 @@ std::vector<Case> graph_cases() {
   out[2].variant = DecodeVariant::kOnePass;
   out[3].q = DType::kF32, out[3].kv = DType::kF32, out[3].head_dim = 64, out[3].window = 600;
   out[3].variant = DecodeVariant::kSplitK, out[3].partition = 256;
+  out[4] = out[0];
+  out[4].csr = true;
   return out;
 }
 

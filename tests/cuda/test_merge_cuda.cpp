@@ -282,5 +282,59 @@ TEST(CudaMergeErrors, RejectsBadInputAndWritesNothing) {
                   "v_out is on cpu");
 }
 
+// merge_states and merge_state captured once in a CUDA graph replay with whatever states the
+// captured buffers hold: nothing is read on the host, so every replay merges the new values.
+TEST(CudaMergeGraph, ReplaysWithNewStates) {
+  if (!test::gpu_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const std::int64_t R = 9, S = 5, H = 4, D = 128;
+  auto value = [&](const std::vector<std::int64_t>&) { return uni(rng); };
+  auto lse_value = [&](const std::vector<std::int64_t>& idx) { return random_lse(rng, idx[0]); };
+  TwinTensor v = make_tensor(DType::kBF16, {R, S, H, D}, {S * H * D, H * D, D, 1}, R * S * H * D, 0, rng);
+  TwinTensor lse = make_tensor(DType::kF32, {R, S, H}, {S * H, H, 1}, R * S * H, 0, rng);
+  TwinTensor vb = make_tensor(DType::kF32, {R, H, D}, {H * D, D, 1}, R * H * D, 0, rng);
+  TwinTensor lb = make_tensor(DType::kF32, {R, H}, {H, 1}, R * H, 0, rng);
+  TwinTensor vo = make_tensor(DType::kBF16, {R, H, D}, {H * D, D, 1}, R * H * D, 0, rng);
+  TwinTensor lo = make_tensor(DType::kF32, {R, H}, {H, 1}, R * H, 0, rng);
+  TwinTensor vp = make_tensor(DType::kF32, {R, H, D}, {H * D, D, 1}, R * H * D, 0, rng);
+  TwinTensor lp = make_tensor(DType::kF32, {R, H}, {H, 1}, R * H, 0, rng);
+  for (TwinTensor* t : {&v, &vb, &vo, &vp}) fill(*t, value);
+  for (TwinTensor* t : {&lse, &lb, &lo, &lp}) fill(*t, lse_value);
+  cudaStream_t stream;
+  test::cuda_ok(cudaStreamCreate(&stream), "stream");
+  const Context gpu{Device::cuda(0), stream};
+  // The states' merge, then that merged with one more state (its output feeds the pair merge).
+  cudaGraph_t graph;
+  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+  merge_states(gpu, v.device, lse.device, vo.device, lo.device);
+  merge_state(gpu, vo.device, lo.device, vb.device, lb.device, vp.device, lp.device);
+  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  EXPECT_TRUE(test::first_difference(vp.buf.download(), vp.buf.host).empty()) << "capturing must not run the op";
+
+  for (int round = 0; round < 3; ++round) {
+    for (TwinTensor* t : {&v, &vb}) fill(*t, value);  // new states, uploaded into the captured buffers
+    for (TwinTensor* t : {&lse, &lb}) fill(*t, lse_value);
+    for (TwinTensor* t : {&vo, &vp}) fill(*t, value);  // and poisoned outputs
+    for (TwinTensor* t : {&lo, &lp}) fill(*t, value);
+    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    merge_states(Context::cpu(), v.host, lse.host, vo.host, lo.host);
+    merge_state(Context::cpu(), vo.host, lo.host, vb.host, lb.host, vp.host, lp.host);
+    SCOPED_TRACE("round " + std::to_string(round));
+    expect_close(vo.host, vo.buf, vo.buf.download(), tolerance(DType::kBF16), "merge_states v_out");
+    expect_close(lo.host, lo.buf, lo.buf.download(), 1e-6, "merge_states lse_out");
+    // The pair merge read the GPU's bf16 merge, the CPU's its own: equal within bf16 rounding.
+    expect_close(vp.host, vp.buf, vp.buf.download(), tolerance(DType::kBF16), "merge_state v_out");
+    expect_close(lp.host, lp.buf, lp.buf.download(), 1e-6, "merge_state lse_out");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace pagedattn
