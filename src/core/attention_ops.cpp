@@ -92,7 +92,7 @@ DecodeCall resolve_decode(const Context& ctx, const TensorView& q, const PagedKV
     return "q has " + std::to_string(q.size(0)) + " sequences but the page table has " + std::to_string(p.num_seqs);
   });
   // The CUDA grids put sequences in grid.z; checked here, before the cascade path uploads anything.
-  check_supported(!c.on_gpu || p.num_seqs <= 65535, [&] {
+  check_supported(!c.on_gpu || p.num_seqs <= detail::kCudaMaxGridYZ, [&] {
     return "decode on CUDA supports at most 65535 sequences per call, got " + std::to_string(p.num_seqs);
   });
   p.variant.causal = false;  // the single query is the last position: nothing lies after it

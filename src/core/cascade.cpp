@@ -171,7 +171,7 @@ CascadeCall resolve_cascade(const Context& ctx, const TensorView& q, const Paged
   AttentionProblem& base = call.base;
   base.kv = detail::resolve_cache(ctx, cache);
   base.num_seqs = q.size(0);
-  check_supported(!on_gpu || base.num_seqs <= 65535, [&] {
+  check_supported(!on_gpu || base.num_seqs <= detail::kCudaMaxGridYZ, [&] {
     return "cascade_decode on CUDA supports at most 65535 sequences per call, got " + std::to_string(base.num_seqs);
   });
   base.num_q_heads = q.size(1);

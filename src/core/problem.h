@@ -18,6 +18,10 @@
 
 namespace pagedattn::detail {
 
+// The largest gridDim.y or gridDim.z of a CUDA launch. The CUDA kernels put sequences, query
+// heads and splits on those axes, so the ops reject larger counts on CUDA before launching.
+inline constexpr std::int64_t kCudaMaxGridYZ = 65535;
+
 // One of the cache's K or V tensors. Element (page, head, token, dim) is at
 //   page * page_stride + head * head_stride + token * token_stride
 //   + (dim / chunk_len) * chunk_stride + (dim % chunk_len) * elem_stride.

@@ -340,7 +340,7 @@ QOAccess resolve_qo(const Context& ctx, const TensorView& q, const TensorView& o
                     std::int64_t head_dim) {
   const std::initializer_list<DType> kQTypes = {DType::kF32, DType::kF16, DType::kBF16};
   // The CUDA grids put query heads (the split merge) and KV heads (prefill) in grid.y.
-  check_supported(ctx.device.type != DeviceType::kCUDA || num_q_heads <= 65535, [&] {
+  check_supported(ctx.device.type != DeviceType::kCUDA || num_q_heads <= kCudaMaxGridYZ, [&] {
     return "q: attention on CUDA supports at most 65535 query heads, got " + str(num_q_heads);
   });
   check_tensor(ctx, q, "q", kQTypes, 3);

@@ -147,7 +147,7 @@ CascadePlan plan_cascade(const detail::AttentionProblem& base, const std::vector
   std::vector<bool> shared(levels.size());
   for (std::size_t l = 0; l < levels.size(); ++l) {
     shared[l] = levels[l].max_users >= 2 && !positional(base) && prefill_unsupported_on(level_problem(levels[l]), device).empty() &&
-                levels[l].table.num_rows <= 65535;
+                levels[l].table.num_rows <= detail::kCudaMaxGridYZ;
   }
   // SM time of each kind (microseconds x SMs), for the split of the SMs between them: every
   // query head attends each key of a shared level (4 flops per key and dim); an own level's CTA
@@ -217,7 +217,7 @@ void cascade_decode(const detail::AttentionProblem& base, const std::vector<Casc
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   const std::int64_t S = base.num_seqs, Hq = base.num_q_heads, D = base.head_dim;
   if (S == 0) return;
-  check_supported(S <= 65535, "cascade_decode on CUDA supports at most 65535 sequences per call, got " +
+  check_supported(S <= detail::kCudaMaxGridYZ, "cascade_decode on CUDA supports at most 65535 sequences per call, got " +
                                   std::to_string(S));
   const Workspace scratch(plan.workspace_bytes, workspace, workspace_bytes, stream, "cascade_decode");
   unsigned char* ws = scratch.get();

@@ -442,7 +442,7 @@ DecodePlan plan_decode(const detail::AttentionProblem& p, const std::int64_t* le
   plan.max_splits = max_len <= plan.partition_tokens
                         ? 1
                         : (max_len + plan.partition_tokens - 1) / plan.partition_tokens;
-  check_supported(plan.max_splits <= 65535, [&] {
+  check_supported(plan.max_splits <= detail::kCudaMaxGridYZ, [&] {
     return "decode on CUDA supports at most 65535 splits per sequence, got " + std::to_string(plan.max_splits) +
            " (raise the partition size)";
   });
@@ -457,7 +457,7 @@ void decode(const detail::AttentionProblem& p, const DecodePlan& plan, void* wor
             std::size_t workspace_bytes, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.num_seqs == 0) return;
-  check_supported(p.num_seqs <= 65535, "decode on CUDA supports at most 65535 sequences per call, got " +
+  check_supported(p.num_seqs <= detail::kCudaMaxGridYZ, "decode on CUDA supports at most 65535 sequences per call, got " +
                                            std::to_string(p.num_seqs));
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
@@ -574,7 +574,7 @@ void decode_rows_one_pass(const detail::AttentionProblem& p, bool clip_keys_to_q
   prm.k_vec = prm.v_vec = choice.vec;
   prm.page_div = FastDiv::make(static_cast<std::uint32_t>(p.kv.page_size));
   prm.clip_keys_to_query = clip_keys_to_query;
-  constexpr std::int64_t kMaxRows = 65535;  // grid.z
+  constexpr std::int64_t kMaxRows = detail::kCudaMaxGridYZ;  // grid.z
   // Chunks move the per-row pointers below; the table's rows are reached through seq_to_row.
   check_arg(p.seq_to_row != nullptr || p.num_seqs <= kMaxRows, "decode_rows_one_pass: more than 65535 rows need seq_to_row");
   for (std::int64_t r0 = 0; r0 < p.num_seqs; r0 += kMaxRows) {

@@ -36,7 +36,7 @@ std::string prefill_unsupported(const detail::AttentionProblem& p) {
       p.kv.v.token_stride >= k31) {
     return "prefill on CUDA needs page and token strides below 2^31 elements";
   }
-  if (p.num_seqs > 65535) {
+  if (p.num_seqs > detail::kCudaMaxGridYZ) {
     return "prefill on CUDA supports at most 65535 sequences per call, got " + std::to_string(p.num_seqs);
   }
   return {};
@@ -186,7 +186,7 @@ void prefill(const detail::AttentionProblem& p, std::int64_t max_q, void* stream
   const PrefillGeometry geometry = prefill_geometry(p, device);
   const std::string smem_why = shared_memory_unsupported(p, geometry, device);
   check_supported(smem_why.empty(), smem_why);
-  check_arg(split.splits >= 1 && p.num_kv_heads * split.splits <= 65535 &&
+  check_arg(split.splits >= 1 && p.num_kv_heads * split.splits <= detail::kCudaMaxGridYZ &&
                 (split.splits == 1 || split.split_tokens % geometry.tile_keys == 0),
             "prefill: bad KV split");
   PrefillKernelParams prm;
