@@ -554,5 +554,11 @@ void launch_paged_decode(const DecodeKernelParams& prm, int lanes, int g_tile, d
     default: return with_lanes(std::integral_constant<int, 32>{});
   }
 }
+// Compiled only in instantiations/decode_*.cu, not in every file that includes this one.
+extern template void launch_paged_decode<float>(const DecodeKernelParams&, int, int, dim3, cudaStream_t);
+extern template void launch_paged_decode<__nv_bfloat16>(const DecodeKernelParams&, int, int, dim3, cudaStream_t);
+extern template void launch_paged_decode<__half>(const DecodeKernelParams&, int, int, dim3, cudaStream_t);
+extern template void launch_paged_decode<Fp8E4M3>(const DecodeKernelParams&, int, int, dim3, cudaStream_t);
+extern template void launch_paged_decode<Fp8E5M2>(const DecodeKernelParams&, int, int, dim3, cudaStream_t);
 
 }  // namespace pagedattn::cuda

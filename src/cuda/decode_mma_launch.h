@@ -36,4 +36,22 @@ constexpr bool fp8_kernel_takes_tma_tiles(std::int64_t head_dim, bool key_rows, 
 template <class KV, class T, bool kTma = false>
 void launch_paged_decode_mma(const DecodeKernelParams& prm, int head_dim, bool pair_steps, bool wide, bool key_rows,
                              dim3 grid, cudaStream_t stream);
+
+// Compiled only where instantiated: decode.cu sees the definitions (it includes
+// decode_mma_kernel.cuh for the kernels' shapes) and must not compile the kernels again, and the
+// TMA ones exist only for sm_90a (a build for sm_80 or sm_89 could not compile them at all).
+struct Fp8E4M3;
+struct Fp8E5M2;
+#define PAGEDATTN_DECODE_MMA_LAUNCHER(KV, T, TMA)                                                          \
+  extern template void launch_paged_decode_mma<KV, T, TMA>(const DecodeKernelParams&, int, bool, bool, bool, \
+                                                           dim3, cudaStream_t);
+PAGEDATTN_DECODE_MMA_LAUNCHER(__nv_bfloat16, __nv_bfloat16, false)
+PAGEDATTN_DECODE_MMA_LAUNCHER(__half, __half, false)
+PAGEDATTN_DECODE_MMA_LAUNCHER(Fp8E4M3, __half, false)
+PAGEDATTN_DECODE_MMA_LAUNCHER(Fp8E5M2, __half, false)
+PAGEDATTN_DECODE_MMA_LAUNCHER(__nv_bfloat16, __nv_bfloat16, true)
+PAGEDATTN_DECODE_MMA_LAUNCHER(__half, __half, true)
+PAGEDATTN_DECODE_MMA_LAUNCHER(Fp8E4M3, __half, true)
+PAGEDATTN_DECODE_MMA_LAUNCHER(Fp8E5M2, __half, true)
+#undef PAGEDATTN_DECODE_MMA_LAUNCHER
 }  // namespace pagedattn::cuda

@@ -11,4 +11,12 @@ namespace pagedattn::cuda {
 struct PrefillKernelParams;
 template <class KV, class T>
 void launch_paged_prefill_mma(const PrefillKernelParams& prm, int head_dim, dim3 grid, cudaStream_t stream);
+// Compiled only in instantiations/ (prefill.cu sees the definitions and must not compile the
+// kernels again).
+struct Fp8E4M3;
+struct Fp8E5M2;
+extern template void launch_paged_prefill_mma<__nv_bfloat16, __nv_bfloat16>(const PrefillKernelParams&, int, dim3, cudaStream_t);
+extern template void launch_paged_prefill_mma<__half, __half>(const PrefillKernelParams&, int, dim3, cudaStream_t);
+extern template void launch_paged_prefill_mma<Fp8E4M3, __half>(const PrefillKernelParams&, int, dim3, cudaStream_t);
+extern template void launch_paged_prefill_mma<Fp8E5M2, __half>(const PrefillKernelParams&, int, dim3, cudaStream_t);
 }  // namespace pagedattn::cuda
