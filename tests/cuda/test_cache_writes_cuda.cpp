@@ -18,6 +18,7 @@
 
 #include "cache_twin.h"
 #include "device_buffer.h"
+#include "graph_capture.h"
 #include "expect_error.h"
 #include "test_name.h"
 #include "pagedattn/error.h"
@@ -506,16 +507,11 @@ TEST(CudaCacheWritesGraph, AppendKVReplaysWithNewSlots) {
   TwinCache cache = test::make_cache(c.cache, rng);
   TwinRows k = make_rows(c, rng), v = make_rows(c, rng);
   TwinIndex slots = make_index(random_slots(c.cache, c.num_tokens, rng), {c.num_tokens}, false, false);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  const Context ctx{Device::cuda(0), stream};
-  cudaGraph_t graph;
-  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  append_kv(ctx, cache.device, k.device, v.device, slots.device, {&slots.host});
-  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  const test::Stream stream;
+  const Context ctx{Device::cuda(0), stream.get()};
+  const test::CapturedGraph graph(stream.get(), [&] {
+    append_kv(ctx, cache.device, k.device, v.device, slots.device, {&slots.host});
+  });
   EXPECT_TRUE(test::first_difference(cache.pool.download(), cache.pool.host).empty()) << "capturing must not run the op";
 
   for (int round = 0; round < 3; ++round) {
@@ -529,15 +525,11 @@ TEST(CudaCacheWritesGraph, AppendKVReplaysWithNewSlots) {
     std::copy(v2.buf.host.begin(), v2.buf.host.end(), v.buf.host.begin());
     k.buf.upload();
     v.buf.upload();
-    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    graph.replay();
     append_kv(Context::cpu(), cache.host, k.host, v.host, slots.host);
     const std::string diff = test::first_difference(cache.pool.download(), cache.pool.host);
     EXPECT_TRUE(diff.empty()) << "round " << round << ": " << diff;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // copy_blocks captured once replays with whatever (src, dst) pairs the captured mapping holds
@@ -553,16 +545,11 @@ TEST(CudaCacheWritesGraph, CopyBlocksReplaysWithNewMapping) {
   std::mt19937_64 rng(23);
   TwinCache cache = test::make_cache(g, rng);
   TwinIndex mapping = make_index(random_pairs(g.num_pages, pairs, rng), {pairs, 2}, true, false);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  const Context ctx{Device::cuda(0), stream};
-  cudaGraph_t graph;
-  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  copy_blocks(ctx, cache.device, mapping.device, CopyBlocksOptions{&mapping.host});
-  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  const test::Stream stream;
+  const Context ctx{Device::cuda(0), stream.get()};
+  const test::CapturedGraph graph(stream.get(), [&] {
+    copy_blocks(ctx, cache.device, mapping.device, CopyBlocksOptions{&mapping.host});
+  });
   EXPECT_TRUE(test::first_difference(cache.pool.download(), cache.pool.host).empty()) << "capturing must not run the op";
 
   for (int round = 0; round < 3; ++round) {
@@ -570,16 +557,12 @@ TEST(CudaCacheWritesGraph, CopyBlocksReplaysWithNewMapping) {
     std::copy(fresh.buf.host.begin(), fresh.buf.host.end(), mapping.buf.host.begin());
     mapping.buf.upload();
     const std::vector<std::byte> before = cache.pool.host;
-    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    graph.replay();
     copy_blocks(Context::cpu(), cache.host, mapping.host);
     ASSERT_FALSE(test::first_difference(cache.pool.host, before).empty()) << "round " << round << ": the CPU op copied nothing";
     const std::string diff = test::first_difference(cache.pool.download(), cache.pool.host);
     EXPECT_TRUE(diff.empty()) << "round " << round << ": " << diff;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device_buffer.h"
+#include "graph_capture.h"
 #include "expect_error.h"
 #include "paged_problem.h"
 #include "test_name.h"
@@ -333,26 +334,14 @@ TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
   auto& [c, h, host_params, d, S, Hq, D, layout, host_levels, dev] = b;
   const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * 2;
   DeviceBuffer out(out_bytes), workspace(64 << 20);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  Context ctx{Device::cuda(0), stream};
+  const test::Stream stream;
+  Context ctx{Device::cuda(0), stream.get()};
   ctx.workspace = {static_cast<std::byte*>(workspace.get()), workspace.bytes()};
   const TensorView out_view(out.get(), DType::kBF16, {S, Hq, D}, Device::cuda(0));
-  auto capture = [&](auto&& call) {
-    cudaGraph_t graph;
-    test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-    call();
-    test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cudaGraphExec_t exec;
-    test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaGraphDestroy(graph);
-    return exec;
-  };
-  // Replays `exec` and compares with `reference_op` writing the expected output.
-  auto replay = [&](cudaGraphExec_t exec, auto&& reference_op, const char* what) {
+  // Replays `graph` and compares with `reference_op` writing the expected output.
+  auto replay = [&](const test::CapturedGraph& graph, auto&& reference_op, const char* what) {
     test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
-    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    graph.replay();
     std::vector<std::byte> want(out_bytes);
     reference_op(TensorView(want.data(), DType::kBF16, {S, Hq, D}));
     test::expect_close(test::to_floats(out.snapshot(), DType::kBF16), test::to_floats(want, DType::kBF16),
@@ -365,10 +354,10 @@ TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
     test::cuda_ok(cudaMemcpy(m.buffer.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload");
   };
 
-  cudaGraphExec_t exec = capture([&] {
+  const test::CapturedGraph cascade_graph(stream.get(), [&] {
     cascade_decode(ctx, d.q.view, d.cache, dev.levels, d.params, out_view, {}, CascadeOptions{host_levels});
   });
-  replay(exec, cascade_reference, "as captured");
+  replay(cascade_graph, cascade_reference, "as captured");
   // Sequence 3 leaves the outer shared row (-1), sequence 1's own row gets shorter, and the
   // outer shared row's first page becomes another page of the cache.
   CascadeLayout::Level& outer = layout.levels[0];
@@ -379,26 +368,25 @@ TEST(CudaCascadeGraph, ReplaysWithNewRowsAndLengths) {
   upload(dev.buffers[3], outer.seq_to_row);
   upload(dev.buffers[1], outer.table.indices);
   upload(dev.buffers[dev.buffers.size() - 2], own.table.last_page_len);
-  replay(exec, cascade_reference, "new rows and lengths");
-  cudaGraphExecDestroy(exec);
+  replay(cascade_graph, cascade_reference, "new rows and lengths");
 
   const PageTable host_table = h.table();
   DecodeOptions options;
   options.host_table = &host_table;
   options.cascade_min_saved_tokens = 0;
-  exec = capture([&] { decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, options); });
+  const test::CapturedGraph decode_graph(stream.get(), [&] {
+    decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, {}, options);
+  });
   auto decode_reference = [&](const TensorView& want) {
     decode(reference(), h.q_view, h.cache, h.bt.view(), host_params, want);
   };
-  replay(exec, decode_reference, "decode as captured");
+  replay(decode_graph, decode_reference, "decode as captured");
   // Sequence 2 stops sharing sequence 0's first page (it takes a full page of sequence 4's): a
   // cascade baked into the graph would attend the wrong page.
   const std::int64_t W = h.bt.max_pages;
   h.bt.block_table[static_cast<std::size_t>(2 * W)] = h.bt.block_table[static_cast<std::size_t>(4 * W + 1)];
   upload(d.a, h.bt.block_table);
-  replay(exec, decode_reference, "decode after the sharing changed");
-  cudaGraphExecDestroy(exec);
-  cudaStreamDestroy(stream);
+  replay(decode_graph, decode_reference, "decode after the sharing changed");
 }
 
 }  // namespace

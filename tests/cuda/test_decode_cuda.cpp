@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device_buffer.h"
+#include "graph_capture.h"
 #include "paged_problem.h"
 #include "expect_error.h"
 #include "test_name.h"
@@ -446,9 +447,8 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
   const std::size_t out_bytes = static_cast<std::size_t>(S * Hq * D) * dtype_size(c.q);
   const std::size_t lse_bytes = static_cast<std::size_t>(S * Hq) * sizeof(float);
   DeviceBuffer out(out_bytes), lse(lse_bytes), workspace(64 << 20);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  Context ctx{Device::cuda(0), stream};
+  const test::Stream stream;
+  Context ctx{Device::cuda(0), stream.get()};
   ctx.workspace = {static_cast<std::byte*>(workspace.get()), workspace.bytes()};
   BlockTableData planned = h.bt;
   planned.seq_lens = {700, 1000, 1024, 33};  // with 256-token splits: at most 4 per sequence
@@ -463,12 +463,9 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
   const PageTable host_table = c.csr ? PageTable{planned_csr.view()} : PageTable{planned.view()};
   const TensorView out_view(out.get(), c.q, {S, Hq, D}, Device::cuda(0));
   const TensorView lse_view(lse.get(), DType::kF32, {S, Hq}, Device::cuda(0));
-  cudaGraph_t graph;
-  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, lse_view, DecodeOptions{c.variant, c.partition, &host_table});
-  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const test::CapturedGraph graph(stream.get(), [&] {
+    decode(ctx, d.q.view, d.cache, d.table, d.params, out_view, lse_view, DecodeOptions{c.variant, c.partition, &host_table});
+  });
 
   for (const std::vector<std::int32_t>& lens : {std::vector<std::int32_t>{700, 1000, 1024, 33},
                                                std::vector<std::int32_t>{5, 1000, 999, 0},
@@ -486,8 +483,7 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
       test::cuda_ok(cudaMemcpy(d.b.buffer.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "lens");
     }
     for (const DeviceBuffer* b : {&out, &lse, &workspace}) test::cuda_ok(cudaMemset(b->get(), 0xff, b->bytes()), "poison");
-    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    graph.replay();
     std::vector<std::byte> want(out_bytes);
     std::vector<float> want_lse(static_cast<std::size_t>(S * Hq)), got_lse(want_lse.size());
     Context ref = Context::cpu();
@@ -498,9 +494,6 @@ TEST_P(CudaDecodeGraph, ReplaysWithNewLengths) {
     lse.download(got_lse.data());
     test::expect_lse_close(got_lse, want_lse, 1e-3, "graph replay, LSE");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 std::vector<Case> graph_cases() {

@@ -15,6 +15,7 @@
 
 #include "cache_twin.h"
 #include "device_buffer.h"
+#include "graph_capture.h"
 #include "expect_error.h"
 #include "test_name.h"
 #include "pagedattn/error.h"
@@ -301,18 +302,13 @@ TEST(CudaMergeGraph, ReplaysWithNewStates) {
   TwinTensor lp = make_tensor(DType::kF32, {R, H}, {H, 1}, R * H, 0, rng);
   for (TwinTensor* t : {&v, &vb, &vo, &vp}) fill(*t, value);
   for (TwinTensor* t : {&lse, &lb, &lo, &lp}) fill(*t, lse_value);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  const Context gpu{Device::cuda(0), stream};
+  const test::Stream stream;
+  const Context gpu{Device::cuda(0), stream.get()};
   // The states' merge, then that merged with one more state (its output feeds the pair merge).
-  cudaGraph_t graph;
-  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  merge_states(gpu, v.device, lse.device, vo.device, lo.device);
-  merge_state(gpu, vo.device, lo.device, vb.device, lb.device, vp.device, lp.device);
-  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+  const test::CapturedGraph graph(stream.get(), [&] {
+    merge_states(gpu, v.device, lse.device, vo.device, lo.device);
+    merge_state(gpu, vo.device, lo.device, vb.device, lb.device, vp.device, lp.device);
+  });
   EXPECT_TRUE(test::first_difference(vp.buf.download(), vp.buf.host).empty()) << "capturing must not run the op";
 
   for (int round = 0; round < 3; ++round) {
@@ -320,8 +316,7 @@ TEST(CudaMergeGraph, ReplaysWithNewStates) {
     for (TwinTensor* t : {&lse, &lb}) fill(*t, lse_value);
     for (TwinTensor* t : {&vo, &vp}) fill(*t, value);  // and poisoned outputs
     for (TwinTensor* t : {&lo, &lp}) fill(*t, value);
-    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    graph.replay();
     merge_states(Context::cpu(), v.host, lse.host, vo.host, lo.host);
     merge_state(Context::cpu(), vo.host, lo.host, vb.host, lb.host, vp.host, lp.host);
     SCOPED_TRACE("round " + std::to_string(round));
@@ -331,9 +326,6 @@ TEST(CudaMergeGraph, ReplaysWithNewStates) {
     expect_close(vp.host, vp.buf, vp.buf.download(), tolerance(DType::kBF16), "merge_state v_out");
     expect_close(lp.host, lp.buf, lp.buf.download(), 1e-6, "merge_state lse_out");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

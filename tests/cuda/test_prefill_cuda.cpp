@@ -13,6 +13,7 @@
 #include "cuda/page_tensor_map.h"
 #include "cuda/prefill.h"
 #include "device_buffer.h"
+#include "graph_capture.h"
 #include "expect_error.h"
 #include "paged_problem.h"
 #include "test_name.h"
@@ -473,18 +474,14 @@ TEST_P(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
   test::Mirrored dev_indptr = test::mirror(host_indptr);
   const std::size_t out_bytes = static_cast<std::size_t>(T * c.num_q_heads * c.head_dim) * dtype_size(c.q);
   DeviceBuffer out(out_bytes);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  const Context ctx{Device::cuda(0), stream};
+  const test::Stream stream;
+  const Context ctx{Device::cuda(0), stream.get()};
   const PageTable host_table = h.table();  // sized for these lengths and queries
   const TensorView out_view(out.get(), c.q, {T, c.num_q_heads, c.head_dim}, Device::cuda(0));
-  cudaGraph_t graph;
-  test::cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
-  prefill(ctx, d.q.view, dev_indptr.view, d.cache, d.table, d.params, out_view, {},
-          PrefillOptions{&host_table, host_indptr});
-  test::cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  test::cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const test::CapturedGraph graph(stream.get(), [&] {
+    prefill(ctx, d.q.view, dev_indptr.view, d.cache, d.table, d.params, out_view, {},
+            PrefillOptions{&host_table, host_indptr});
+  });
 
   struct Step {
     std::vector<std::int32_t> indptr, lens;
@@ -495,8 +492,7 @@ TEST_P(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
     test::cuda_ok(cudaMemcpy(dev_indptr.buffer.get(), step.indptr.data(), step.indptr.size() * 4, cudaMemcpyHostToDevice), "indptr");
     test::cuda_ok(cudaMemcpy(d.b.buffer.get(), step.lens.data(), step.lens.size() * 4, cudaMemcpyHostToDevice), "lens");
     test::cuda_ok(cudaMemset(out.get(), 0xff, out_bytes), "poison");
-    test::cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-    test::cuda_ok(cudaStreamSynchronize(stream), "sync");
+    graph.replay();
     std::vector<std::byte> want(out_bytes);
     Context ref = Context::cpu();
     ref.implementation = Implementation::kReference;
@@ -505,9 +501,6 @@ TEST_P(CudaPrefillGraph, ReplaysWithNewQueriesAndLengths) {
     test::expect_close(test::to_floats(out.snapshot(), c.q), test::to_floats(want, c.q), test::tolerance(c.q),
                        "graph replay");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // bf16: the tensor-core kernels; f32: one CUDA-core decode row per query token, whose rows are

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device_buffer.h"
+#include "graph_capture.h"
 #include "expect_error.h"
 #include "pagedattn/error.h"
 #include "pagedattn/ops.h"
@@ -98,14 +99,13 @@ TEST_P(CudaSwapBlocks, RoundTripsThroughHostMemory) {
   const std::vector<std::int64_t> out_pages = {4, 5, 6, 7, 20, 1};
   for (std::int64_t p : out_pages) want_k.push_back(g.page(p, false)), want_v.push_back(g.page(p, true));
   const std::vector<std::byte> untouched_host = host.page(9, false);
-  cudaStream_t stream;
-  test::cuda_ok(cudaStreamCreate(&stream), "stream");
-  const Context ctx{Device::cuda(0), stream};
+  const test::Stream stream;
+  const Context ctx{Device::cuda(0), stream.get()};
   // Swap out: GPU pages 4..7 (one run), 20, 1 -> host pages 0..5.
   std::vector<std::int64_t> out_map;
   for (std::size_t i = 0; i < out_pages.size(); ++i) out_map.push_back(out_pages[i]), out_map.push_back(static_cast<std::int64_t>(i));
   swap_blocks(ctx, gpu.kv, host.kv, TensorView(out_map.data(), DType::kI64, {6, 2}));
-  test::cuda_ok(cudaStreamSynchronize(stream), "swap out");
+  test::cuda_ok(cudaStreamSynchronize(stream.get()), "swap out");
   for (std::size_t i = 0; i < out_pages.size(); ++i) {
     EXPECT_EQ(host.page(static_cast<std::int64_t>(i), false), want_k[i]) << "swapped out " << out_pages[i];
     EXPECT_EQ(host.page(static_cast<std::int64_t>(i), true), want_v[i]) << "swapped out " << out_pages[i];
@@ -116,13 +116,12 @@ TEST_P(CudaSwapBlocks, RoundTripsThroughHostMemory) {
   std::vector<std::int32_t> in_map;
   for (std::int32_t i = 0; i < 6; ++i) in_map.push_back(i), in_map.push_back(10 + i);
   swap_blocks(ctx, host.kv, gpu.kv, TensorView(in_map.data(), DType::kI32, {6, 2}));
-  test::cuda_ok(cudaStreamSynchronize(stream), "swap in");
+  test::cuda_ok(cudaStreamSynchronize(stream.get()), "swap in");
   for (std::size_t i = 0; i < out_pages.size(); ++i) {
     EXPECT_EQ(g.page(10 + static_cast<std::int64_t>(i), false), want_k[i]);
     EXPECT_EQ(g.page(10 + static_cast<std::int64_t>(i), true), want_v[i]);
   }
   EXPECT_EQ(g.page(16, true), untouched_gpu);
-  cudaStreamDestroy(stream);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaSwapBlocks,
