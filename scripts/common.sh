@@ -7,7 +7,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Parallel build jobs; the default suits a small shared machine.
 JOBS="${PAGEDATTN_JOBS:-2}"
 # GPU architectures the scripts compile CUDA code for (when nvcc is present): Hopper only, to
-# keep builds short; a by-hand build defaults to sm_80, sm_89 and sm_90.
+# keep builds short (scripts/test.sh adds sm_80); a by-hand build defaults to sm_80, sm_89 and
+# sm_90.
 CUDA_ARCHS="${PAGEDATTN_CUDA_ARCHS:-90}"
 PACKAGES=(build-essential cmake ninja-build libhwy-dev libcli11-dev nlohmann-json3-dev
           libfmt-dev libgtest-dev googletest libdlpack-dev)

@@ -3,6 +3,10 @@
 # then builds an AddressSanitizer + UndefinedBehaviorSanitizer Debug configuration (build-asan/)
 # and runs its tests in quick mode. Exits non-zero on the first failure.
 set -euo pipefail
+# The tests' build also compiles every generic CUDA kernel for sm_80 (Ampere; sm_89 takes the same
+# code paths), so a change that breaks the non-Hopper build fails here and not on a user's machine.
+# The Hopper-only kernels are compiled for sm_90a either way.
+export PAGEDATTN_CUDA_ARCHS="${PAGEDATTN_CUDA_ARCHS:-80;90}"
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
