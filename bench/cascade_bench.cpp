@@ -4,8 +4,6 @@
 // layout find_shared_prefixes gives; bandwidth counts the distinct KV bytes, each read once,
 // against the streaming-read ceiling measured in the same run.
 #include <algorithm>
-#include <numeric>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +11,7 @@
 #include "bench_common.h"
 #include "benchmarks.h"
 #include "huge_pages.h"
+#include "page_ids.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/shared_prefix.h"
 #include "pagedattn/system_info.h"
@@ -32,10 +31,7 @@ std::vector<nlohmann::json> run_cascade_bench(const CascadeBenchConfig& c, const
   fill_random(k.get(), DType::kBF16, spec.elements_per_tensor(), c.seed, -2.0, 2.0, c.num_threads);
   fill_random(v.get(), DType::kBF16, spec.elements_per_tensor(), c.seed + 1, -2.0, 2.0, c.num_threads);
   const PagedKV cache = spec.make_views(k.get(), v.get());
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(spec.num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(c.seed));
-  BlockTableData bt = shared_prefix_table(ids, S, shared_pages, own_pages, len);
+  BlockTableData bt = shared_prefix_table(shuffled_page_ids(spec.num_pages, c.seed), S, shared_pages, own_pages, len);
   const PageTable table = bt.view();
 
   std::vector<std::byte> q(static_cast<std::size_t>(S * Hq * D) * 2), out(q.size());

@@ -9,8 +9,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +16,7 @@
 
 #include "bench_common.h"
 #include "huge_pages.h"
+#include "page_ids.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/page_table.h"
@@ -60,9 +59,7 @@ int main(int argc, char** argv) {
   bench::fill_random(v_pool.get(), kv, spec.elements_per_tensor(), 2);
   const PagedKV cache = spec.make_views(k_pool.get(), v_pool.get());
   if (huge_pages) std::printf("AnonHugePages: %ld KiB\n", bench::anon_huge_kib());
-  std::vector<std::int32_t> order(static_cast<std::size_t>(pages));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  const std::vector<std::int32_t> order = bench::shuffled_page_ids(pages, 3);
   std::vector<BlockTableData> tables(static_cast<std::size_t>(kv_sets));
   for (int set = 0; set < kv_sets; ++set) {
     BlockTableData& t = tables[static_cast<std::size_t>(set)];

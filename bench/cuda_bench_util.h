@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "pagedattn/dtype.h"
 #include "pagedattn/error.h"
 #include "pagedattn/kv_cache.h"
+#include "page_ids.h"
 
 namespace pagedattn::bench {
 
@@ -59,13 +59,9 @@ struct RandomCache {
   }
 };
 
-// Page ids 0 .. pages - 1 in a fixed random order (tables never walk memory in order).
-inline std::vector<std::int32_t> shuffled_page_ids(std::int64_t pages) {
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
-  return ids;
-}
+// The seed of the page order every CUDA benchmark and the read probe use, so that their tables
+// over one pool size name the same pages in the same order.
+inline constexpr std::uint64_t kPageOrderSeed = 7;
 
 // Per-replay times (µs) of a captured graph, after `warmup` replays and, with warmup_ms > 0,
 // as many more as fill that many milliseconds: compute-bound kernels run the GPU into its

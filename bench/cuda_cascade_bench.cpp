@@ -37,7 +37,7 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
   const RandomCache pool(KVCacheSpec{config.layout, DType::kBF16, pages, P, Hkv, D}, config.device);
   const PagedKV& cache = pool.views;
   // Shuffled page ids: the prefix's pages first in every row, then each sequence's own.
-  BlockTableData bt = shared_prefix_table(shuffled_page_ids(pages), S, shared_pages, own_pages, len);
+  BlockTableData bt = shared_prefix_table(shuffled_page_ids(pages, kPageOrderSeed), S, shared_pages, own_pages, len);
   Gpu table(bt.block_table.size() * 4), lens(bt.seq_lens.size() * 4);
   ok(cudaMemcpy(table.ptr, bt.block_table.data(), bt.block_table.size() * 4, cudaMemcpyHostToDevice), "table");
   ok(cudaMemcpy(lens.ptr, bt.seq_lens.data(), bt.seq_lens.size() * 4, cudaMemcpyHostToDevice), "lens");

@@ -122,7 +122,7 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     const RandomCache pool(KVCacheSpec{shape.layout, shape.kv_dtype, pages, P, Hkv, D}, config.device);
     PagedKV cache = pool.views;
     if (is_fp8(shape.kv_dtype)) cache.k_scale = cache.v_scale = 0.05f;
-    const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
+    const std::vector<std::int32_t> ids = shuffled_page_ids(pages, kPageOrderSeed);
     BlockTableData bt;
     bt.num_seqs = S;
     bt.max_pages = max_pages;

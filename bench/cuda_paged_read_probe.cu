@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
       fill_random(k.ptr, pool_bytes, pagedattn::DType::kBF16, 1);
       fill_random(v.ptr, pool_bytes, pagedattn::DType::kBF16, 2);
       for (const std::string& order : orders) {
-        std::vector<std::int32_t> ids = order == "shuffled" ? shuffled_page_ids(pages) : std::vector<std::int32_t>(pages);
+        std::vector<std::int32_t> ids = order == "shuffled" ? shuffled_page_ids(pages, kPageOrderSeed) : std::vector<std::int32_t>(pages);
         if (order == "sequential") std::iota(ids.begin(), ids.end(), 0);
         ok(cudaMemcpy(table.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "table");
         for (const std::string& layout : layouts) {

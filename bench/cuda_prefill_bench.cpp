@@ -96,7 +96,7 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     const std::int64_t per_seq = (len + P - 1) / P, pages = S * per_seq;
     const RandomCache pool(KVCacheSpec{shape.layout, shape.kv_dtype, pages, P, Hkv, D}, config.device);
     const PagedKV& cache = pool.views;
-    const std::vector<std::int32_t> ids = shuffled_page_ids(pages);
+    const std::vector<std::int32_t> ids = shuffled_page_ids(pages, kPageOrderSeed);
     BlockTableData bt;
     bt.num_seqs = S;
     bt.max_pages = per_seq;

@@ -6,14 +6,13 @@
 // When one KV set is small, several sets (page tables over disjoint pages of one pool) are
 // rotated between calls so that every call streams its K/V from DRAM.
 #include <algorithm>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
 #include "benchmarks.h"
 #include "huge_pages.h"
+#include "page_ids.h"
 #include "pagedattn/ops.h"
 
 namespace pagedattn::bench {
@@ -60,10 +59,7 @@ BenchCache make_cache(const DecodeBenchConfig& cfg, DType kv_dtype, std::uint64_
     c.views.v_scale = 0.5f;
   }
 
-  std::vector<std::int32_t> perm(static_cast<std::size_t>(spec.num_pages));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(seed);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  const std::vector<std::int32_t> perm = shuffled_page_ids(spec.num_pages, seed);
   for (std::int64_t s = 0; s < sets; ++s) {
     BlockTableData t;
     t.num_seqs = cfg.batch;

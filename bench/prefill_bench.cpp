@@ -8,13 +8,12 @@
 // iterations so that successive runs do not find the previous run's KV in the caches.
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
 #include "benchmarks.h"
+#include "page_ids.h"
 #include "pagedattn/context.h"
 #include "pagedattn/ops.h"
 #include "pagedattn/page_table.h"
@@ -57,9 +56,7 @@ std::vector<nlohmann::json> run_prefill_bench(const PrefillBenchConfig& c,
   PagedKV cache = spec.make_views(k_pool.data(), v_pool.data());
   cache.k_scale = cache.v_scale = fp8_scale;
 
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(spec.num_pages));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(c.seed));
+  const std::vector<std::int32_t> ids = shuffled_page_ids(spec.num_pages, c.seed);
   // Each KV set is a page table over its own (shuffled) share of the pool.
   std::vector<BlockTableData> kv_sets(static_cast<std::size_t>(sets));
   for (std::int64_t s = 0; s < sets; ++s) {
