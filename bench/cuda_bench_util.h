@@ -9,18 +9,18 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pagedattn/dtype.h"
 #include "pagedattn/error.h"
 #include "pagedattn/kv_cache.h"
+#include "cuda_handles.h"
 #include "page_ids.h"
 
 namespace pagedattn::bench {
 
-inline void ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw Error(ErrorCode::kCuda, std::string(what) + ": " + cudaGetErrorString(err));
-}
+inline void ok(cudaError_t err, const char* what) { testing::cuda_check(err, what); }
 
 struct Gpu {
   void* ptr = nullptr;
@@ -29,6 +29,11 @@ struct Gpu {
   Gpu(const Gpu&) = delete;
   Gpu& operator=(const Gpu&) = delete;
 };
+
+// Streams, events and graphs are owned by the shared test-support handles.
+using testing::CapturedGraph;
+using testing::Events;
+using testing::Stream;
 
 // Fills a device buffer with random 16-bit floats in [-1, 1] (or fp8 bytes) on the host side
 // in slices, so the values are real data (never zeros) whatever the dtype.
@@ -76,8 +81,7 @@ inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream,
     if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() >= warmup_ms) break;
     for (int i = 0; i < 8; ++i) ok(cudaGraphLaunch(exec, stream), "warm-up");
   }
-  std::vector<cudaEvent_t> events(static_cast<std::size_t>(iterations) + 1);
-  for (auto& e : events) ok(cudaEventCreate(&e), "event");
+  const Events events(static_cast<std::size_t>(iterations) + 1);
   ok(cudaEventRecord(events[0], stream), "record");
   for (int i = 0; i < iterations; ++i) {
     ok(cudaGraphLaunch(exec, stream), "replay");
@@ -90,7 +94,6 @@ inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream,
     ok(cudaEventElapsedTime(&ms, events[static_cast<std::size_t>(i)], events[static_cast<std::size_t>(i) + 1]), "elapsed");
     us.push_back(ms * 1e3);
   }
-  for (auto& e : events) cudaEventDestroy(e);
   return us;
 }
 
@@ -98,16 +101,8 @@ inline std::vector<double> time_graph(cudaGraphExec_t exec, cudaStream_t stream,
 // (so the host work of the call, e.g. an op's checks, stays outside the timed region).
 template <class F>
 std::vector<double> time_captured(cudaStream_t stream, F&& record, int warmup, int iterations, double warmup_ms = 0) {
-  cudaGraph_t graph;
-  ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  record();
-  ok(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  std::vector<double> us = time_graph(exec, stream, warmup, iterations, warmup_ms);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return us;
+  const CapturedGraph graph(stream, std::forward<F>(record));
+  return time_graph(graph.exec(), stream, warmup, iterations, warmup_ms);
 }
 
 // Per-call times (µs) of `call` run directly on `stream`, between events recorded around each
@@ -115,8 +110,7 @@ std::vector<double> time_captured(cudaStream_t stream, F&& record, int warmup, i
 template <class F>
 std::vector<double> time_calls(cudaStream_t stream, F&& call, int warmup, int iterations) {
   for (int i = 0; i < warmup; ++i) call();
-  std::vector<cudaEvent_t> events(2 * static_cast<std::size_t>(iterations));
-  for (auto& e : events) ok(cudaEventCreate(&e), "event");
+  const Events events(2 * static_cast<std::size_t>(iterations));
   for (std::size_t i = 0; i < events.size(); i += 2) {
     ok(cudaEventRecord(events[i], stream), "record");
     call();
@@ -129,7 +123,6 @@ std::vector<double> time_calls(cudaStream_t stream, F&& call, int warmup, int it
     ok(cudaEventElapsedTime(&ms, events[i], events[i + 1]), "elapsed");
     us.push_back(ms * 1e3);
   }
-  for (auto& e : events) cudaEventDestroy(e);
   return us;
 }
 

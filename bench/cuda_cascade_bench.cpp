@@ -26,8 +26,7 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
   const std::string device = cuda_device_name(config.device);
   if (progress) progress("measuring the copy ceiling");
   const double ceiling = measure_cuda_copy_gbps(config.device);
-  cudaStream_t stream;
-  ok(cudaStreamCreate(&stream), "stream");
+  const Stream stream;
 
   const std::int64_t S = config.num_seqs, P = config.page_size, D = config.head_dim;
   const std::int64_t Hq = config.num_q_heads, Hkv = config.num_kv_heads;
@@ -116,7 +115,6 @@ std::vector<nlohmann::json> run_cuda_cascade_bench(const CudaCascadeBenchConfig&
   }, config.warmup, config.iterations));
   const double plain_us = records[0]["time_us_median"].get<double>();
   for (nlohmann::json& r : records) r["speedup_vs_plain"] = plain_us / r["time_us_median"].get<double>();
-  cudaStreamDestroy(stream);
   return records;
 }
 

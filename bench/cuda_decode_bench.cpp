@@ -36,11 +36,9 @@ double measure_cuda_copy_gbps(int device) {
   constexpr std::size_t kBytes = std::size_t{2} << 30;  // 2 GiB read + 2 GiB written per copy
   Gpu src(kBytes), dst(kBytes);
   ok(cudaMemset(src.ptr, 1, kBytes), "memset");
-  cudaStream_t stream;
-  ok(cudaStreamCreate(&stream), "stream");
-  cudaEvent_t a, b;
-  ok(cudaEventCreate(&a), "event");
-  ok(cudaEventCreate(&b), "event");
+  const Stream stream;
+  const Events events(2);
+  const cudaEvent_t a = events[0], b = events[1];
   std::vector<double> gbps;
   for (int i = 0; i < 12; ++i) {
     ok(cudaEventRecord(a, stream), "record");
@@ -51,9 +49,6 @@ double measure_cuda_copy_gbps(int device) {
     ok(cudaEventElapsedTime(&ms, a, b), "elapsed");
     if (i >= 2) gbps.push_back(2.0 * static_cast<double>(kBytes) / (ms * 1e-3) / 1e9);
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaStreamDestroy(stream);
   return median(gbps);
 }
 
@@ -104,8 +99,7 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
   const std::string device = cuda_device_name(config.device);
   if (progress) progress("measuring the copy ceiling");
   const double ceiling = measure_cuda_copy_gbps(config.device);
-  cudaStream_t stream;
-  ok(cudaStreamCreate(&stream), "stream");
+  const Stream stream;
   std::vector<nlohmann::json> records;
   for (const CudaDecodeShape& shape : config.shapes) {
     if (progress) progress("decode " + shape.name + " h" + std::to_string(shape.num_q_heads) + "/" +
@@ -171,7 +165,6 @@ std::vector<nlohmann::json> run_cuda_decode_bench(const CudaDecodeBenchConfig& c
     add_bandwidth(r, bytes, ceiling);
     records.push_back(std::move(r));
   }
-  cudaStreamDestroy(stream);
   return records;
 }
 

@@ -176,8 +176,7 @@ int main(int argc, char** argv) {
     const double ceiling = measure_cuda_copy_gbps(0);
     const std::string device = cuda_device_name(0);
     const auto [flat_kernel, pages_kernel] = kernels_for(loads, row_bytes / 16);
-    cudaStream_t stream;
-    ok(cudaStreamCreate(&stream), "stream");
+    const Stream stream;
     const std::int64_t row_vecs = row_bytes / 16, tokens = std::int64_t{batch} * seq_len;
     const double bytes = 2.0 * static_cast<double>(tokens * kv_heads * row_bytes);
     const int splits = (seq_len + tokens_per_cta - 1) / tokens_per_cta;
@@ -231,7 +230,6 @@ int main(int argc, char** argv) {
       }
     }
     ok(cudaGetLastError(), "launch");
-    cudaStreamDestroy(stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_paged_read_probe: %s\n", e.what());
     return 1;

@@ -56,9 +56,8 @@ double measure_cuda_matmul_tflops(int device) {
     return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &alpha, a.ptr, CUDA_R_16BF, kN, b.ptr,
                         CUDA_R_16BF, kN, &beta, c.ptr, CUDA_R_16BF, kN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
-  cudaEvent_t start, stop;
-  ok(cudaEventCreate(&start), "event");
-  ok(cudaEventCreate(&stop), "event");
+  const Events events(2);
+  const cudaEvent_t start = events[0], stop = events[1];
   std::vector<double> tflops;
   for (int i = 0; i < 12 && gemm() == CUBLAS_STATUS_SUCCESS; ++i) {
     ok(cudaEventRecord(start), "record");
@@ -69,8 +68,6 @@ double measure_cuda_matmul_tflops(int device) {
     ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
     if (i >= 2) tflops.push_back(2.0 * kN * static_cast<double>(kN) * kN / (ms * 1e-3) / 1e12);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cublasDestroy(handle);
   return tflops.empty() ? 0.0 : median(tflops);
 #else
@@ -85,8 +82,7 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
   const std::string device = cuda_device_name(config.device);
   if (progress) progress("measuring the matmul ceiling");
   const double ceiling = measure_cuda_matmul_tflops(config.device);
-  cudaStream_t stream;
-  ok(cudaStreamCreate(&stream), "stream");
+  const Stream stream;
   std::vector<nlohmann::json> records;
   for (const CudaPrefillShape& shape : config.shapes) {
     if (progress) progress("prefill " + shape.name + " page " + std::to_string(shape.page_size));
@@ -140,7 +136,6 @@ std::vector<nlohmann::json> run_cuda_prefill_bench(const CudaPrefillBenchConfig&
     add_throughput(r, flops, ceiling);
     records.push_back(std::move(r));
   }
-  cudaStreamDestroy(stream);
   return records;
 }
 

@@ -488,6 +488,22 @@ std::vector<BadInput> bad_inputs() {
          a.qo_indptr = TensorView(indptr, DType::kI32, {3});
          a.out5 = TensorView(indptr, DType::kF32, {5, kQHeads, kDim});
        }},
+      // A cascade names the level whose table or row map an output lies over.
+      {"OutOverLevelCsrIndices", {Call::kCascade}, kInvalid, {"out overlaps levels[1].table.indices in memory"},
+       [](A& a, S& s) {  // the last level's CSR page ids moved into the scratch buffer, out over them
+         auto* ids = reinterpret_cast<std::int32_t*>(s.scratch.data() + 1024);
+         std::copy(s.indices.begin(), s.indices.end(), ids);
+         a.levels[1].table = CsrPageTable{TensorView(s.indptr.data(), DType::kI32, {3}), TensorView(ids, DType::kI32, {4}),
+                                          TensorView(s.last_page_len.data(), DType::kI32, {2})};
+         a.out = TensorView(ids, DType::kF32, {2, kQHeads, kDim});
+       }},
+      {"LseOverLevelRowMap", {Call::kCascade}, kInvalid, {"lse overlaps levels[0].seq_to_row in memory"},
+       [](A& a, S& s) {
+         auto* rows = reinterpret_cast<std::int32_t*>(s.scratch.data() + 1024);
+         std::copy(s.seq_to_row.begin(), s.seq_to_row.end(), rows);
+         a.levels[0].seq_to_row = TensorView(rows, DType::kI32, {2});
+         a.lse = TensorView(rows, DType::kF32, {2, kQHeads});
+       }},
       {"LseWrongShape", kAttention, kInvalid, {"lse dimension 1 (num_q_heads) is 2"},
        on_lse([](const TensorView& t, S&) { return TensorView(t.data(), t.dtype(), {t.size(0), 2}); })},
       {"LseWrongDtype", kAttention, kInvalid, {"lse has dtype f16"}, on_lse([](const TensorView& t, S&) { return remake(t, DType::kF16); })},

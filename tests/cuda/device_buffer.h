@@ -11,13 +11,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda_handles.h"
 #include "pagedattn/tensor.h"
 
 namespace pagedattn::test {
 
-inline void cuda_ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
+inline void cuda_ok(cudaError_t err, const char* what) { testing::cuda_check(err, what); }
 
 inline bool gpu_available() {
   int n = 0;
