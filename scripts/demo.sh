@@ -8,7 +8,7 @@ cd "$ROOT"
 
 ensure_packages
 # A build/ already configured (by scripts/test.sh, whose list adds sm_80) keeps its CUDA
-# architectures unless PAGEDATTN_CUDA_ARCHS names others, so the demo does not recompile every kernel.
+# architectures unless PAGEDATTN_CUDA_ARCHS is set, so the demo does not recompile every kernel.
 arch_args=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS")
 if [[ -f build/CMakeCache.txt && -z ${PAGEDATTN_CUDA_ARCHS:-} ]]; then arch_args=(); fi
 configure build -DCMAKE_BUILD_TYPE=Release "${arch_args[@]}"

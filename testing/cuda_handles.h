@@ -75,18 +75,10 @@ class CapturedGraph {
     }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-    if (ended != cudaSuccess) {
-      // An invalidated capture also sets the thread's last error, which a later launch check
-      // (cudaGetLastError) would report as its own; clear it before throwing.
-      static_cast<void>(cudaGetLastError());
-      cuda_check(ended, "end capture");
-    }
+    if (ended != cudaSuccess) throw_clearing(ended, "end capture");
     const cudaError_t instantiated = cudaGraphInstantiate(&exec_, graph, 0);
     cudaGraphDestroy(graph);  // the executable graph keeps what it needs
-    if (instantiated != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-      cuda_check(instantiated, "instantiate");
-    }
+    if (instantiated != cudaSuccess) throw_clearing(instantiated, "instantiate");
     const cudaError_t synced = cudaStreamSynchronize(stream);
     if (synced != cudaSuccess) {
       // The destructor does not run for a constructor that throws.
@@ -110,7 +102,16 @@ class CapturedGraph {
   void abandon_capture() {
     cudaGraph_t partial = nullptr;
     if (cudaStreamEndCapture(stream_, &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
-    static_cast<void>(cudaGetLastError());
+    static_cast<void>(cudaGetLastError());  // see throw_clearing; the caller's exception says why
+  }
+  // A capture that failed also leaves the thread's last error set (to what invalidated it, or to
+  // the failure itself), which a later launch check (cudaGetLastError) would report as its own.
+  // It is cleared here, and named in the message when it says more than `err` does.
+  [[noreturn]] static void throw_clearing(cudaError_t err, const char* what) {
+    const cudaError_t cause = cudaGetLastError();
+    std::string message = std::string(what) + ": " + cudaGetErrorString(err);
+    if (cause != cudaSuccess && cause != err) message += std::string(" (first: ") + cudaGetErrorString(cause) + ")";
+    throw Error(ErrorCode::kCuda, message);
   }
 
   cudaStream_t stream_;
