@@ -50,11 +50,10 @@ double measure_cuda_matmul_tflops(int device) {
   Gpu a(bytes), b(bytes), c(bytes);
   fill_random(a.ptr, bytes, DType::kBF16, 11);
   fill_random(b.ptr, bytes, DType::kBF16, 12);
-  cublasHandle_t raw = nullptr;
-  if (cublasCreate(&raw) != CUBLAS_STATUS_SUCCESS) return 0.0;
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return 0.0;
   // Destroyed on every path, a throwing check included.
-  const std::unique_ptr<cublasContext, decltype(&cublasDestroy)> owner(raw, &cublasDestroy);
-  cublasHandle_t handle = raw;
+  const std::unique_ptr<cublasContext, decltype(&cublasDestroy)> handle_owner(handle, &cublasDestroy);
   const float alpha = 1.0f, beta = 0.0f;
   auto gemm = [&] {
     return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &alpha, a.ptr, CUDA_R_16BF, kN, b.ptr,
